@@ -78,8 +78,8 @@ Status validate_heterogeneous_args(Arguments& a, const ArgParser& p) {
   if (!m.experimental_attention_variant.empty())
     return Unimplemented(source, " with --experimental-attention-variant ", m.experimental_attention_variant,
                          ": not supported yet");
-  if (m.mtp_num_layers != kUnset && m.mtp_num_layers > 0)
-    return Unimplemented(source, " with --mtp-num-layers: not supported yet");
+  // --mtp-num-layers: as Megatron's gpt_builder, each MTP layer is the usual decoder layer with the
+  // flags' query groups and FFN size (model/gpt_model.cc registers it past block_configs' layers).
   if (par.unaligned_linear) return Unimplemented(source, " with --unaligned-linear: not supported yet");
   for (const char* flag :
        {"--smart-swap", "--compress-activation", "--compress-dense", "--lora-target-modules",

@@ -63,6 +63,42 @@ TEST_P(HeterogeneousInvariance, MatchesSingleProcess) {
   testing::expect_layout_matches_single_process(layouts(), GetParam(), kCommon, 3e-5, "linear_qkv.weight");
 }
 
+// With --mtp-num-layers 1 (the MTP layer the flags' usual layer, after the heterogeneous decoder;
+// Megatron refuses MTP with context parallelism, so no CP layouts).
+const std::vector<Layout>& mtp_layouts() {
+  static const std::vector<Layout> all = {
+      {"tp2_mtp", 2, {"--tensor-model-parallel-size", "2"}},
+      {"pp2_mtp", 2, {"--pipeline-model-parallel-size", "2"}},
+      {"dp2_distopt_mtp", 2, {"--use-distributed-optimizer"}},
+      {"tp2_pp2_sp_mtp", 4, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+                             "--sequence-parallel"}},
+  };
+  return all;
+}
+
+class HeterogeneousMtpInvariance : public ::testing::TestWithParam<std::string> {};
+
+// The MTP loss of every iteration too; the MTP layer's stage holds its parameters.
+TEST_P(HeterogeneousMtpInvariance, MatchesSingleProcess) {
+  const Layout* layout = testing::find_layout(mtp_layouts(), GetParam());
+  ASSERT_NE(layout, nullptr);
+  if (layout->world != test::world()->size()) GTEST_SKIP() << GetParam() << " needs " << layout->world << " ranks";
+  testing::LayoutAndReference t = testing::train_layout_and_reference(
+      testing::join({kCommon, {"--mtp-num-layers", "1", "--mtp-loss-scaling-factor", "0.3"}}), *layout, 5);
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_EQ(t.run->mtp_losses[i].size(), 1u);
+    ASSERT_EQ(t.reference->mtp_losses[i].size(), 1u);
+    EXPECT_NEAR(t.run->mtp_losses[i][0], t.reference->mtp_losses[i][0], 1e-5 * t.reference->mtp_losses[i][0])
+        << "mtp_1 loss of iteration " << i + 1;
+  }
+  const int named = testing::expect_matches_reference(*t.run, *t.reference, 5, 3e-5,
+                                                      "mtp.layers.0.transformer_layer.self_attention.linear_qkv");
+  if (t.run->engine->chunks.back()->partition().post_process) EXPECT_GT(named, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, HeterogeneousMtpInvariance, ::testing::ValuesIn(testing::layout_names(mtp_layouts())),
+                         [](const auto& info) { return info.param; });
+
 INSTANTIATE_TEST_SUITE_P(Layouts, HeterogeneousInvariance, ::testing::ValuesIn(testing::layout_names(layouts())),
                          [](const auto& info) { return info.param; });
 
