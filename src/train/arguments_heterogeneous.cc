@@ -89,7 +89,7 @@ Status validate_heterogeneous_args(Arguments& a, const ArgParser& p) {
         "--use-custom-fsdp", "--use-torch-fsdp2", "--layerzero", "--auto-parallel", "--auto-settings", "--dist-train",
         "--fp8-format", "--pipeline-model-parallel-layout"})
     if (p.was_set(flag)) return Unimplemented(source, " with ", flag, ": not supported yet");
-  if (a.dpo.stage == "dpo") return Unimplemented(source, " with --stage dpo: not supported yet");
+  // --stage dpo: the reference model copies the policy's config, its layers included (train/pretrain.cc).
   return Status::Ok();
 }
 
