@@ -70,16 +70,36 @@ Status validate_heterogeneous_args(Arguments& a, const ArgParser& p) {
                              "parallelism (degree ", ulysses, ") needs the layer's ", per_rank,
                              " query groups per TP rank to be a multiple of the degree or to divide it");
   }
-  // What the heterogeneous layers do not handle yet.
+  // MoE: Megatron's gpt_builder picks the MoE decoder block spec ahead of the heterogeneous one, and
+  // its TransformerBlock then applies each layer's query groups and FFN size (a dense layer's;
+  // MoE layers keep --moe-ffn-hidden-size), but builds every attention and MLP: no_op and
+  // replace_with_linear entries would be silently dropped, so Gale refuses them.
   if (par.expert_model_parallel_size > 1 || a.moe.enabled())
-    return Unimplemented(source, " with --num-experts: not supported yet");
-  if (m.multi_latent_attention) return Unimplemented(source, " with --multi-latent-attention: not supported yet");
-  if (m.is_hybrid_model) return Unimplemented(source, " with --is-hybrid-model: not supported yet");
+    for (size_t i = 0; i < layers.size(); ++i)
+      if (layers[i].attention != SubBlock::kBlock || layers[i].mlp != SubBlock::kBlock)
+        return InvalidArgument(source, ": block_configs[", i, "]: with --num-experts Megatron builds its MoE decoder "
+                               "block spec instead of the heterogeneous one, which has no no_op or replace_with_linear "
+                               "sub-blocks: expected only per-layer query groups and FFN sizes, found a ",
+                               layers[i].attention != SubBlock::kBlock ? "attention" : "ffn", " that is ",
+                               (layers[i].attention != SubBlock::kBlock ? layers[i].attention : layers[i].mlp) ==
+                                       SubBlock::kNoOp
+                                   ? "no_op"
+                                   : "replace_with_linear");
+  // Refused as Megatron refuses (training/argument_utils.py) or builds something else.
+  if (m.multi_latent_attention)
+    return InvalidArgument(source, " with --multi-latent-attention: Megatron asserts \"Multi latent attention with "
+                           "heterogeneous layers is not supported.\"");
+  if (m.is_hybrid_model)
+    return InvalidArgument(source, " with --is-hybrid-model: Megatron's hybrid (Mamba) model builds its layers from "
+                           "--hybrid-layer-pattern and never reads block_configs");
   if (!m.experimental_attention_variant.empty())
     return Unimplemented(source, " with --experimental-attention-variant ", m.experimental_attention_variant,
-                         ": not supported yet");
+                         ": not supported yet (Megatron's gpt_builder builds the experimental-attention block spec "
+                         "instead of the heterogeneous one, so no_op and replace_with_linear are never built there; "
+                         "per-layer query groups in those layers are not implemented in Gale)");
   // --mtp-num-layers: as Megatron's gpt_builder, each MTP layer is the usual decoder layer with the
   // flags' query groups and FFN size (model/gpt_model.cc registers it past block_configs' layers).
+  // What the heterogeneous layers do not handle yet.
   if (par.unaligned_linear) return Unimplemented(source, " with --unaligned-linear: not supported yet");
   for (const char* flag :
        {"--smart-swap", "--compress-activation", "--compress-dense", "--lora-target-modules",

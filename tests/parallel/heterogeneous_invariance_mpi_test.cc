@@ -7,6 +7,8 @@
 // tests/parallel/qk_layernorm_invariance_mpi_test.cc.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "layout_invariance.h"
 
 namespace gale {
@@ -97,6 +99,43 @@ TEST_P(HeterogeneousMtpInvariance, MatchesSingleProcess) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, HeterogeneousMtpInvariance, ::testing::ValuesIn(testing::layout_names(mtp_layouts())),
+                         [](const auto& info) { return info.param; });
+
+// MoE (--num-experts 4, top-2, a dense first layer): as Megatron's MoE block spec, per-layer query
+// groups and FFN sizes only (a dense layer's FFN; the MoE layers keep --moe-ffn-hidden-size).
+const char* kMoeBlocks = R"({"num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 8, "block_configs": [
+  {"attention": {"n_heads_in_group": 4, "no_op": false, "replace_with_linear": false},
+   "ffn": {"ffn_hidden_size": 96, "no_op": false, "replace_with_linear": false}},
+  {"attention": {"n_heads_in_group": null}, "ffn": {"ffn_mult": null}},
+  {"attention": {"n_heads_in_group": 2}, "ffn": {}},
+  {"attention": {"num_query_groups": 8}, "ffn": {}}]})";
+
+std::vector<std::string> moe_model() {
+  std::vector<std::string> flags = kCommon;
+  *(std::find(flags.begin(), flags.end(), std::string(kBlocks))) = kMoeBlocks;
+  flags.insert(flags.end(), {"--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "48",
+                             "--moe-layer-freq", "[0,1,1,1]", "--moe-aux-loss-coeff", "0.01"});
+  return flags;
+}
+
+const std::vector<Layout>& moe_layouts() {
+  static const std::vector<Layout> all = {
+      {"ep2_moe", 2, {"--expert-model-parallel-size", "2"}},
+      {"tp2_sp_moe", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}},
+      {"pp2_moe", 2, {"--pipeline-model-parallel-size", "2"}},
+      {"tp2_ep2_sp_moe", 4, {"--tensor-model-parallel-size", "2", "--expert-model-parallel-size", "2",
+                             "--sequence-parallel"}},
+  };
+  return all;
+}
+
+class HeterogeneousMoeInvariance : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HeterogeneousMoeInvariance, MatchesSingleProcess) {
+  testing::expect_layout_matches_single_process(moe_layouts(), GetParam(), moe_model(), 3e-5, "layers");
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, HeterogeneousMoeInvariance, ::testing::ValuesIn(testing::layout_names(moe_layouts())),
                          [](const auto& info) { return info.param; });
 
 INSTANTIATE_TEST_SUITE_P(Layouts, HeterogeneousInvariance, ::testing::ValuesIn(testing::layout_names(layouts())),

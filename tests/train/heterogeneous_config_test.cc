@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -155,7 +156,47 @@ TEST(HeterogeneousConfig, FlagsValidateAgainstTheLayout) {
   EXPECT_EQ(validate({"--heterogeneous-layers-config-encoded-json", two_groups, "--experimental-attention-variant",
                       "gdn", "--linear-attention-freq", "2", "--normalization", "RMSNorm", "--swiglu"})
                 .status.message(),
-            "--heterogeneous-layers-config-encoded-json with --experimental-attention-variant gdn: not supported yet");
+            "--heterogeneous-layers-config-encoded-json with --experimental-attention-variant gdn: not supported yet "
+            "(Megatron's gpt_builder builds the experimental-attention block spec instead of the heterogeneous one, "
+            "so no_op and replace_with_linear are never built there; per-layer query groups in those layers are not "
+            "implemented in Gale)");
+  // MoE: per-layer query groups and FFN sizes (tests/parallel/heterogeneous_invariance_mpi_test.cc), but
+  // Megatron's MoE block spec has no no_op or linear sub-blocks.
+  Validated groups_moe = validate({"--heterogeneous-layers-config-encoded-json", two_groups, "--num-experts", "4",
+                                   "--moe-router-topk", "2"});
+  EXPECT_TRUE(groups_moe.status.ok()) << groups_moe.status.to_string();
+  const std::string linear = blocks(R"({"attention": {}, "ffn": {}})", R"({"attention": {}, "ffn": {"replace_with_linear": true}})");
+  EXPECT_EQ(validate({"--heterogeneous-layers-config-encoded-json", linear, "--num-experts", "4", "--moe-router-topk",
+                      "2"})
+                .status.message(),
+            "--heterogeneous-layers-config-encoded-json: block_configs[1]: with --num-experts Megatron builds its MoE "
+            "decoder block spec instead of the heterogeneous one, which has no no_op or replace_with_linear "
+            "sub-blocks: expected only per-layer query groups and FFN sizes, found a ffn that is replace_with_linear");
+}
+
+// The heterogeneous checks alone (validate_heterogeneous_args) on flags the full validation would
+// stop earlier for: Megatron's own refusals.
+TEST(HeterogeneousConfig, RefusedAsMegatronRefuses) {
+  const auto check = [](const std::function<void(ModelArgs&)>& set) {
+    Arguments a;
+    ModelArgs& m = a.model;
+    m.num_layers = 2;
+    m.hidden_size = 64;
+    m.num_attention_heads = 8;
+    m.num_kv_heads = 4;
+    m.ffn_hidden_size = 160;
+    m.heterogeneous_layers_config_encoded_json = blocks(R"({"attention": {}, "ffn": {}})");
+    set(m);
+    ArgParser p("gale pretrain", "test");
+    return validate_heterogeneous_args(a, p).message();
+  };
+  EXPECT_EQ(check([](ModelArgs& m) { m.multi_latent_attention = true; }),
+            "--heterogeneous-layers-config-encoded-json with --multi-latent-attention: Megatron asserts \"Multi "
+            "latent attention with heterogeneous layers is not supported.\"");
+  EXPECT_EQ(check([](ModelArgs& m) { m.is_hybrid_model = true; }),
+            "--heterogeneous-layers-config-encoded-json with --is-hybrid-model: Megatron's hybrid (Mamba) model builds "
+            "its layers from --hybrid-layer-pattern and never reads block_configs");
+  EXPECT_EQ(check([](ModelArgs&) {}), "");
 }
 
 }  // namespace
