@@ -34,15 +34,24 @@ Status validate_heterogeneous_args(Arguments& a, const ArgParser& p) {
   HeteroModelShape shape{m.num_layers, m.hidden_size, m.num_attention_heads, m.num_kv_heads, m.ffn_hidden_size};
   GALE_ASSIGN_OR_RETURN(const std::vector<HeteroLayer> layers,
                         parse_heterogeneous_layers(m.heterogeneous_layers_config_encoded_json, shape, source));
-  // Tensor parallelism splits each layer's query groups and FFN columns, and a linear
-  // replacement's H output rows, evenly.
+  // Tensor parallelism splits each layer's query groups and FFN columns evenly, or with MindSpeed's
+  // --unaligned-linear unevenly in whole groups (model/layer_shares.h: every rank at least one group
+  // and one column, as the flags' split); a linear replacement's H output rows always evenly.
   const int64_t tp = a.parallel.tensor_model_parallel_size;
+  const bool uneven = a.parallel.unaligned_linear;
   for (size_t i = 0; i < layers.size(); ++i) {
     const HeteroLayer& l = layers[i];
-    if (l.attention == SubBlock::kBlock && l.kv_heads % tp != 0)
+    if (l.attention == SubBlock::kBlock && uneven && l.kv_heads < tp)
+      return InvalidArgument(source, ": block_configs[", i, "].attention: --unaligned-linear keeps every query group "
+                             "whole on one rank: the layer's ", l.kv_heads,
+                             " query groups must be at least --tensor-model-parallel-size ", tp);
+    if (l.attention == SubBlock::kBlock && !uneven && l.kv_heads % tp != 0)
       return InvalidArgument(source, ": block_configs[", i, "].attention: the layer's ", l.kv_heads,
                              " query groups must be divisible by --tensor-model-parallel-size ", tp);
-    if (l.mlp == SubBlock::kBlock && l.ffn % tp != 0)
+    if (l.mlp == SubBlock::kBlock && uneven && l.ffn < tp)
+      return InvalidArgument(source, ": block_configs[", i, "].ffn: --unaligned-linear: the layer's FFN size ", l.ffn,
+                             " must be at least --tensor-model-parallel-size ", tp);
+    if (l.mlp == SubBlock::kBlock && !uneven && l.ffn % tp != 0)
       return InvalidArgument(source, ": block_configs[", i, "].ffn: the layer's FFN size ", l.ffn,
                              " must be divisible by --tensor-model-parallel-size ", tp);
     if ((l.attention == SubBlock::kLinear || l.mlp == SubBlock::kLinear) && m.hidden_size % tp != 0)
@@ -58,6 +67,9 @@ Status validate_heterogeneous_args(Arguments& a, const ArgParser& p) {
                           : algo == "ulysses_cp_algo"      ? par.context_parallel_size
                           : algo == "hybrid_cp_algo"       ? par.ulysses_degree_in_cp
                                                            : 1;
+  if (ulysses > 1 && uneven)
+    return Unimplemented(source, " with --unaligned-linear and a Ulysses head split of context parallelism: not "
+                         "supported yet (each layer's uneven heads per TP rank would need their own check)");
   for (size_t i = 0; i < layers.size() && ulysses > 1; ++i) {
     const HeteroLayer& l = layers[i];
     if (l.attention != SubBlock::kBlock) continue;
@@ -100,7 +112,6 @@ Status validate_heterogeneous_args(Arguments& a, const ArgParser& p) {
   // --mtp-num-layers: as Megatron's gpt_builder, each MTP layer is the usual decoder layer with the
   // flags' query groups and FFN size (model/gpt_model.cc registers it past block_configs' layers).
   // What the heterogeneous layers do not handle yet.
-  if (par.unaligned_linear) return Unimplemented(source, " with --unaligned-linear: not supported yet");
   for (const char* flag :
        {"--smart-swap", "--compress-activation", "--compress-dense", "--lora-target-modules",
         "--tp-2d", "--qat-scheme", "--qad-enable", "--use-ascend-mc2", "--use-ascend-coc", "--tp-comm-overlap",

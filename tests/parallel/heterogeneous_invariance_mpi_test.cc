@@ -9,6 +9,7 @@
 
 #include <algorithm>
 
+#include "checkpoint_checks.h"
 #include "layout_invariance.h"
 
 namespace gale {
@@ -137,6 +138,58 @@ TEST_P(HeterogeneousMoeInvariance, MatchesSingleProcess) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, HeterogeneousMoeInvariance, ::testing::ValuesIn(testing::layout_names(moe_layouts())),
                          [](const auto& info) { return info.param; });
+
+// MindSpeed's --unaligned-linear: 6 heads of 8 in 3 query groups by default, so TP 2 deals out
+// groups 2 + 1 and FFN columns unevenly. Layers: 0 two groups, FFN 75; 1 no-op attention, linear
+// MLP; 2 linear attention, FFN 50; 3 the flags' 3 groups and FFN 100.
+const char* kUnalignedBlocks = R"({"block_configs": [
+  {"attention": {"n_heads_in_group": 3}, "ffn": {"ffn_hidden_size": 75}},
+  {"attention": {"no_op": true}, "ffn": {"replace_with_linear": true}},
+  {"attention": {"replace_with_linear": true}, "ffn": {"ffn_hidden_size": 50}},
+  {"attention": {}, "ffn": {}}]})";
+
+std::vector<std::string> unaligned_model() {
+  std::vector<std::string> flags = kCommon;
+  const auto set = [&](const std::string& flag, const std::string& value) {
+    *(std::find(flags.begin(), flags.end(), flag) + 1) = value;
+  };
+  set("--hidden-size", "48");
+  set("--num-attention-heads", "6");
+  set("--num-query-groups", "3");
+  set("--heterogeneous-layers-config-encoded-json", kUnalignedBlocks);
+  flags.insert(flags.end(), {"--ffn-hidden-size", "100", "--unaligned-linear"});
+  return flags;
+}
+
+const std::vector<Layout>& unaligned_layouts() {
+  static const std::vector<Layout> all = {
+      {"tp2_unaligned", 2, {"--tensor-model-parallel-size", "2"}},
+      {"tp2_sp_unaligned", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}},
+      {"tp2_pp2_unaligned", 4, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"}},
+  };
+  return all;
+}
+
+class HeterogeneousUnalignedInvariance : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HeterogeneousUnalignedInvariance, MatchesSingleProcess) {
+  testing::expect_layout_matches_single_process(unaligned_layouts(), GetParam(), unaligned_model(), 3e-5, "layers");
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, HeterogeneousUnalignedInvariance,
+                         ::testing::ValuesIn(testing::layout_names(unaligned_layouts())),
+                         [](const auto& info) { return info.param; });
+
+// Checkpoints of the uneven split: saved at TP 2 and resumed at TP 1, and back (the layers' own
+// uneven shards gathered and dealt out again).
+TEST(HeterogeneousUnalignedCheckpoint, MovesBetweenTp2AndTp1) {
+  if (test::world()->size() != 2) GTEST_SKIP() << "needs 2 ranks";
+  const auto run_flags = [](const std::vector<std::string>& layout) {
+    return testing::join({unaligned_model(), layout});
+  };
+  testing::expect_checkpoint_moves(run_flags, {"--tensor-model-parallel-size", "2"}, {}, "hetero_unaligned_tp2_to_tp1");
+  testing::expect_checkpoint_moves(run_flags, {}, {"--tensor-model-parallel-size", "2"}, "hetero_unaligned_tp1_to_tp2");
+}
 
 INSTANTIATE_TEST_SUITE_P(Layouts, HeterogeneousInvariance, ::testing::ValuesIn(testing::layout_names(layouts())),
                          [](const auto& info) { return info.param; });

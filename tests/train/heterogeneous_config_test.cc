@@ -138,6 +138,21 @@ TEST(HeterogeneousConfig, FlagsValidateAgainstTheLayout) {
                 .status.message(),
             "--heterogeneous-layers-config-encoded-json: block_configs[0].ffn: the layer's FFN size 99 must be "
             "divisible by --tensor-model-parallel-size 2");
+  // --unaligned-linear: uneven splits in whole groups (tests/parallel/heterogeneous_invariance_mpi_test.cc),
+  // at least one group and one FFN column per rank.
+  Validated uneven = validate({"--heterogeneous-layers-config-encoded-json", odd_ffn, "--tensor-model-parallel-size",
+                               "2", "--unaligned-linear"});
+  EXPECT_TRUE(uneven.status.ok()) << uneven.status.to_string();
+  EXPECT_EQ(validate({"--heterogeneous-layers-config-encoded-json", one_group, "--tensor-model-parallel-size", "2",
+                      "--unaligned-linear"})
+                .status.message(),
+            "--heterogeneous-layers-config-encoded-json: block_configs[1].attention: --unaligned-linear keeps every "
+            "query group whole on one rank: the layer's 1 query groups must be at least --tensor-model-parallel-size 2");
+  EXPECT_EQ(validate({"--heterogeneous-layers-config-encoded-json", two_groups, "--unaligned-linear",
+                      "--context-parallel-size", "2", "--cp-comm-type", "a2a"})
+                .status.message(),
+            "--heterogeneous-layers-config-encoded-json with --unaligned-linear and a Ulysses head split of context "
+            "parallelism: not supported yet (each layer's uneven heads per TP rank would need their own check)");
   for (const char* comm : {"p2p", "allgather", "a2a"}) {  // context parallelism: ring, all-gather, Ulysses
     Validated cp = validate({"--heterogeneous-layers-config-encoded-json", two_groups, "--context-parallel-size", "2",
                              "--cp-comm-type", comm});
