@@ -418,6 +418,10 @@ Status read_qwen_moe_experts(const ConfigReader& c, const nlohmann::json& j, HfM
   const bool qwen2 = out.arch == HfArchitecture::kQwen2Moe;
   const bool shared_expert = qwen2 || out.arch == HfArchitecture::kQwen3Next;
   const char* experts_key = c.set("num_experts") || !c.set("num_local_experts") ? "num_experts" : "num_local_experts";
+  if (out.arch == HfArchitecture::kQwen3Next && c.set(experts_key)) {  // 0 experts: every MLP dense
+    GALE_ASSIGN_OR_RETURN(int64_t n, c.non_negative(experts_key, 0));
+    if (n == 0) return Status::Ok();
+  }
   GALE_ASSIGN_OR_RETURN(moe.num_experts, c.positive(experts_key));
   if (c.set("num_experts") && c.set("num_local_experts")) {
     GALE_ASSIGN_OR_RETURN(int64_t local, c.positive("num_local_experts"));
@@ -454,9 +458,10 @@ Status read_qwen_moe_experts(const ConfigReader& c, const nlohmann::json& j, HfM
     }
   }
   if (std::none_of(pattern.begin(), pattern.end(), [](int f) { return f == 1; })) {
-    if (out.arch == HfArchitecture::kQwen3Next)
-      return Unimplemented(c.path(), ": 'decoder_sparse_step' / 'mlp_only_layers' leave no sparse layer; a Qwen3-Next "
-                           "without experts is not supported yet");
+    if (out.arch == HfArchitecture::kQwen3Next) {  // every MLP dense (Qwen3NextMLP of intermediate_size)
+      moe = MoeArgs{};
+      return Status::Ok();
+    }
     return Unimplemented(c.path(), ": 'decoder_sparse_step' / 'mlp_only_layers' leave no sparse layer; convert it as "
                          "a dense model (", qwen2 ? "Qwen2ForCausalLM" : "Qwen3ForCausalLM", ") instead");
   }
@@ -540,14 +545,16 @@ Status read_qwen3_next(const ConfigReader& c, HfModel& out) {
     GALE_ASSIGN_OR_RETURN(int64_t interval, c.positive("full_attention_interval", 4));
     for (int64_t i = 0; i < L; ++i) pattern[i] = (i + 1) % interval == 0 ? 0 : 1;
   }
-  if (std::none_of(pattern.begin(), pattern.end(), [](int f) { return f == 1; }))
-    return Unimplemented(c.path(), ": 'layer_types' has no linear_attention layer; a Qwen3-Next without Gated "
-                         "DeltaNet layers is not supported yet");
-  m.experimental_attention_variant = "gdn";
-  m.linear_attention_pattern = pattern;
-  m.linear_attention_freq = "[";
-  for (int64_t i = 0; i < L; ++i) m.linear_attention_freq += (i ? "," : "") + std::to_string(pattern[i]);
-  m.linear_attention_freq += "]";
+  // No linear_attention layer: every layer is gated full attention, --attention-output-gate without
+  // --experimental-attention-variant (transformers 4.57.1 then needs use_cache false: its
+  // Qwen3NextDynamicCache looks for the last linear_attention layer).
+  if (std::any_of(pattern.begin(), pattern.end(), [](int f) { return f == 1; })) {
+    m.experimental_attention_variant = "gdn";
+    m.linear_attention_pattern = pattern;
+    m.linear_attention_freq = "[";
+    for (int64_t i = 0; i < L; ++i) m.linear_attention_freq += (i ? "," : "") + std::to_string(pattern[i]);
+    m.linear_attention_freq += "]";
+  }
   GALE_ASSIGN_OR_RETURN(m.linear_conv_kernel_dim, c.positive("linear_conv_kernel_dim", 4));
   GALE_ASSIGN_OR_RETURN(m.linear_key_head_dim, c.positive("linear_key_head_dim", 128));
   GALE_ASSIGN_OR_RETURN(m.linear_value_head_dim, c.positive("linear_value_head_dim", 128));
@@ -844,14 +851,20 @@ Status qwen3_next_from_args(const ModelArgs& m, const MoeArgs& moe, const std::s
        "layers' gated q_proj, q_norm and k_norm)");
   need(m.sliding_window == kUnset && m.noop_layers.empty() && !m.embed_layernorm,
        "no --sliding-window, --noop-layers or --embed-layernorm");
-  need(moe.enabled() && moe.moe_shared_expert_intermediate_size != kUnset && moe.moe_shared_expert_gate,
-       "--num-experts with --moe-shared-expert-intermediate-size and --moe-shared-expert-gate (its sparse layers' "
+  need(!m.multi_latent_attention && (m.experimental_attention_variant.empty() ||
+                                     m.experimental_attention_variant == "gdn"),
+       "standard attention (no --multi-latent-attention, no attention variant but gdn)");
+  need(!moe.enabled() || (moe.moe_shared_expert_intermediate_size != kUnset && moe.moe_shared_expert_gate),
+       "--moe-shared-expert-intermediate-size and --moe-shared-expert-gate with --num-experts (its sparse layers' "
        "gated shared expert)");
   need(!moe.enabled() || (moe.moe_router_score_function == "softmax" && !moe.moe_router_enable_expert_bias &&
                           unset(moe.moe_router_topk_scaling_factor) && moe.moe_router_group_topk == kUnset),
        "softmax routing (no --moe-router-score-function sigmoid, expert bias, top-k scaling or groups)");
   if (!why.empty())
-    return Unimplemented(where, ": a Gated DeltaNet model (--experimental-attention-variant gdn) is written as "
+    return Unimplemented(where,
+                         m.experimental_attention_variant == "gdn"
+                             ? ": a Gated DeltaNet model (--experimental-attention-variant gdn) is written as "
+                             : ": a model with --attention-output-gate (gated attention) is written as ",
                          "Qwen3NextForCausalLM only with ", why);
   return Status::Ok();
 }
@@ -928,14 +941,27 @@ void add_qwen3_next_config(const HfModel& hf, nlohmann::json* out) {
                           {"rope_theta", static_cast<double>(m.rotary_base)},
                           {"partial_rotary_factor", m.rotary_percent}};
   nlohmann::json types = nlohmann::json::array();
-  for (int f : m.linear_attention_pattern) types.push_back(f != 0 ? "linear_attention" : "full_attention");
+  for (int64_t i = 0; i < m.num_layers; ++i)  // no pattern: gated attention in every layer
+    types.push_back(!m.linear_attention_pattern.empty() && m.linear_attention_pattern[static_cast<size_t>(i)] != 0
+                        ? "linear_attention"
+                        : "full_attention");
   j["layer_types"] = types;
+  // Without a linear_attention layer transformers 4.57's Qwen3NextDynamicCache fails (it looks for the
+  // last one); use_cache false lets that release run the model (the forward needs no cache).
+  if (m.linear_attention_pattern.empty()) j["use_cache"] = false;
   j["linear_conv_kernel_dim"] = m.linear_conv_kernel_dim;
   j["linear_key_head_dim"] = m.linear_key_head_dim;
   j["linear_value_head_dim"] = m.linear_value_head_dim;
   j["linear_num_key_heads"] = m.linear_num_key_heads;
   j["linear_num_value_heads"] = m.linear_num_value_heads;
   j["attention_bias"] = false;
+  if (!hf.moe.enabled()) {  // every MLP dense: no experts (transformers then builds Qwen3NextMLP everywhere)
+    j["num_experts"] = 0;
+    j["decoder_sparse_step"] = 1;
+    j["mlp_only_layers"] = nlohmann::json::array();
+    for (int64_t i = 0; i < m.num_layers; ++i) j["mlp_only_layers"].push_back(i);
+    return;
+  }
   add_qwen_moe_config(hf.moe, m.num_layers, true, &j);
 }
 
@@ -1118,7 +1144,8 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
   if (!m.noop_layers.empty())
     return Unimplemented(where, ": the model has --noop-layers ", m.noop_layers_flag,
                          " (identity layers), which no Hugging Face architecture Gale writes can hold");
-  if (m.experimental_attention_variant == "gdn") {  // Qwen3-Next, which nothing else writes
+  // Qwen3-Next, which nothing else writes: Gated DeltaNet layers, or gated attention alone.
+  if (m.experimental_attention_variant == "gdn" || m.attention_output_gate) {
     GALE_RETURN_IF_ERROR(qwen3_next_from_args(m, moe, where));
     out.arch = HfArchitecture::kQwen3Next;
     if (vocab_size <= 0 || vocab_size > m.padded_vocab_size)
@@ -1132,9 +1159,6 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
                          : m.apply_layernorm_1p ? "--apply-layernorm-1p"
                                                 : "--rotary-interleaved",
                          ", which no Hugging Face architecture Gale writes can hold");
-  if (m.attention_output_gate)
-    return Unimplemented(where, ": the model has --attention-output-gate, which Gale does not write to Hugging Face "
-                         "yet (Qwen3-Next's gated q_proj)");
   if (m.softmax_type != "vanilla")  // off-by-one (learnable: GptOssForCausalLM above)
     return Unimplemented(where, ": the model has --softmax-type ", m.softmax_type,
                          " (attention sinks), which no Hugging Face architecture Gale writes can hold "

@@ -142,8 +142,11 @@ Status convert_hf_to_gale(const HfToGaleOptions& o, const ConvertLog& log) {
                 m.moe.moe_router_pre_softmax ? "--moe-router-pre-softmax (norm_topk_prob false)"
                                              : "Megatron's default (norm_topk_prob true)"));
   if (m.arch == HfArchitecture::kQwen3Next)
-    log(str_cat("Gated DeltaNet layers (1) and gated full attention (0): ", m.model.linear_attention_freq,
-                "; --rotary-percent ", m.model.rotary_percent, ", --apply-layernorm-1p"));
+    log(str_cat(m.model.linear_attention_pattern.empty()
+                    ? std::string("gated full attention in every layer (--attention-output-gate, no Gated DeltaNet)")
+                    : "Gated DeltaNet layers (1) and gated full attention (0): " + m.model.linear_attention_freq,
+                "; --rotary-percent ", m.model.rotary_percent, ", --apply-layernorm-1p",
+                m.moe.enabled() ? std::string() : std::string("; no experts (every MLP dense)")));
   if (m.arch == HfArchitecture::kGptOss)
     log(str_cat("gpt-oss: attention sinks (--softmax-type learnable), biases (--add-bias-linear, router included), "
                 "--quick-geglu --glu-linear-offset 1 --activation-func-clamp-value 7, ",
