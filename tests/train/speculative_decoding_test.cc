@@ -325,17 +325,26 @@ TEST_F(SpeculativeDecodingTest, RefusalsNameTheFlag) {
             "checkpoint was trained with); found none");
 }
 
-// A Gated DeltaNet model (G * G G *) with MTP layers: its GDN states roll back to the last accepted
-// row (model/mamba_state.h step buffers), so greedy N = 1, 2 give the tokens of N = 0 on prompts of
-// different lengths, static and dynamic, and the accepted drafts are the hand replay's; every state
-// slot comes back, and the slots hold N + 1 step buffers besides the state.
-TEST_F(SpeculativeDecodingTest, GatedDeltaNetStatesRollBackToTheLastAcceptedRow) {
-  ModelConfig g = testing::tiny_gdn_config();
+// A Gated DeltaNet model (G * G G *) and a hybrid Mamba model (M * - M * M), each with MTP layers
+// (built directly: the flags still refuse both with --mtp-num-layers): their recurrent states roll
+// back to the last accepted row (model/mamba_state.h step buffers), so greedy N = 1, 2 give the
+// tokens of N = 0 on prompts of different lengths, static and dynamic, and the accepted drafts are
+// the hand replay's; every state slot comes back, and the slots hold N + 1 step buffers besides
+// the state.
+class RecurrentSpeculativeDecodingTest : public SpeculativeDecodingTest,
+                                         public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(RecurrentSpeculativeDecodingTest, StatesRollBackToTheLastAcceptedRow) {
+  const bool mamba = GetParam() == "mamba";
+  ModelConfig g = mamba ? testing::tiny_hybrid_config() : testing::tiny_gdn_config();
   g.vocab = 8;
   g.max_positions = kMaxLength;
   g.mtp_num_layers = 2;
+  // The hybrid pattern names the MTP layers' kind too (global layers 6 and 7): attention, as the
+  // GDN model's MTP layers are.
+  if (mamba) g.hybrid.layers += "**";
   const std::unique_ptr<GPTModel> gdn = testing::decoding_model(g, &ops_, 11);
-  testing::make_gdn_state_carry(*gdn);
+  (mamba ? testing::make_mamba_state_carry : testing::make_gdn_state_carry)(*gdn);
   const int64_t max_new = 12;
   for (bool dynamic : {false, true}) {
     SCOPED_TRACE(dynamic ? "dynamic" : "static");
@@ -365,6 +374,8 @@ TEST_F(SpeculativeDecodingTest, GatedDeltaNetStatesRollBackToTheLastAcceptedRow)
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, RecurrentSpeculativeDecodingTest, ::testing::Values("gdn", "mamba"));
 
 }  // namespace
 }  // namespace gale
