@@ -167,9 +167,7 @@ class DsaFeature : public Feature {
       return Unimplemented("--experimental-attention-variant gdn with --lora-target-modules: not supported yet "
                            "(GDN layers have no linear_qkv / linear_proj)");
     if (p.tp_2d) return Unimplemented("--experimental-attention-variant gdn with --tp-2d: not supported yet");
-    if (a.model.mtp_num_layers != kUnset && a.model.mtp_num_layers > 0)
-      return Unimplemented("--experimental-attention-variant gdn with --mtp-num-layers ", a.model.mtp_num_layers,
-                           ": not supported yet");
+    // --mtp-num-layers: train/arguments_gdn.cc (the last decoder layer must be a full-attention layer).
     return Status::Ok();
   }
 
