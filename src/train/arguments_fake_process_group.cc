@@ -35,7 +35,7 @@ Status validate_fake_process_group(const FakeProcessGroupArgs& f, Arguments& a, 
     return InvalidArgument(flag, " with --save: expected no checkpoint saving (one process playing one rank of "
                            "$WORLD_SIZE would write one rank's part of a checkpoint, which no run can load: the "
                            "checkpoint's metadata is written by rank 0 from a gather of every rank's shards, as "
-                           "Megatron's distributed checkpoint does, and a fake process group gathers nothing)");
+                           "Megatron's distributed checkpoint does, and a fake process group's gather returns this rank's own values only)");
   if (!a.checkpoint.load.empty() || !a.checkpoint.pretrained_checkpoint.empty())
     return Unimplemented(flag, " with ", a.checkpoint.load.empty() ? "--pretrained-checkpoint" : "--load",
                          ": not supported yet (a fake run starts from its initialisation)");
