@@ -119,7 +119,8 @@ struct EngineResult {
   int64_t joined_mid_flight = 0;  // dynamic: requests that joined while others were decoding
   int64_t free_blocks_at_end = 0, num_blocks = 0;  // dynamic: every block is back at the end
   // A hybrid model's Mamba states (model/mamba_state.h; 0 without Mamba layers): the bytes of the
-  // slots allocated (static: the largest batch's; dynamic: min(max_requests, requests) slots), and
+  // slots allocated (static: the largest batch's; dynamic: min(max_requests, requests) slots; with
+  // --num-speculative-tokens N each slot's N + 1 step buffers included), and
   // under dynamic batching the slots and those free at the end (all of them).
   int64_t mamba_state_bytes = 0;
   int64_t mamba_slots = 0, free_mamba_slots_at_end = 0;
