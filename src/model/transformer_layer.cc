@@ -489,7 +489,7 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
       const GdnWeights gw = gdn_layer_weights(rt, pb, w.gdn);
       std::vector<GdnSequence> seqs;  // decoding: each sample's or request's rows with its state
       for (const RecurrentRows& r : recurrent_decoding_rows(rt.kv_cache, rt.ragged_kv, B, S, layer - part.first_layer))
-        seqs.push_back(GdnSequence{r.first, r.stride, r.length, r.conv, r.ssm});
+        seqs.push_back(GdnSequence{r.first, r.stride, r.length, r.conv, r.ssm, r.conv_steps, r.ssm_steps});
       proj = seqs.empty() ? gdn_forward(gdn_dims(rt), gw, x_norm, S, B, gemm_dtype, saved ? &saved->gdn : nullptr)
                           : gdn_forward_sequences(gdn_dims(rt), gw, x_norm, seqs, gemm_dtype);
     } else if (w.linear_attn_w >= 0) {  // a heterogeneous layer's linear replacement: norm1, W (bias inside)
