@@ -39,7 +39,11 @@ torch_dist_adam_buckets_tp2pp2/, the same state in the dp_reshardable layout at 
 processes): each rank's buffer holds its local shards (megatron_ckpt_reference.shard: SwiGLU halves cut separately,
 its stage's layers from 0, the embedding on the first stage, the output layer on the last) under
 dp_group_idx_<model-parallel rank>, as Megatron's DistributedOptimizer keys them; torch_dist_adam_dp_zero_tp2pp2/, the
-same in the dp_zero_gather_scatter layout (each rank's buffers gathered into dp_group_idx_<rank>.param_state).
+same in the dp_zero_gather_scatter layout (each rank's buffers gathered into dp_group_idx_<rank>.param_state);
+torch_dist_adam_{buckets,dp_zero}_tp2pp2_tied/, the same two at TP 2 x PP 2 with the embedding tied to the output
+layer (GPTModel share_embeddings_and_output_weights, args untie_embeddings_and_output_weights False): the last stage's
+copy (output_layer.weight, which Megatron marks shared_embedding and keeps in a bucket of its own) holds the
+embedding's state, as Megatron keeps it; the model state saves the embedding alone.
 ONLY=<names> limits a run to
 the named fixtures. Run with
 core_v0.12.1 (torch 2.5.1), --buckets writes torch_dist_adam_dp_zero_v012/ (dp_zero_gather_scatter) only.
@@ -313,7 +317,7 @@ def saved_state(fixtures, keep_shape=False):
 BUCKET_SIZE = 1000  # --ddp-bucket-size with --overlap-grad-reduce: several buckets from the tiny model
 
 
-def bucket_worker(rank, world, out, port, fixtures, sharding_type, tp=1, pp=1):
+def bucket_worker(rank, world, out, port, fixtures, sharding_type, tp=1, pp=1, tied=False):
     """DP 2 x TP 1, bf16 model: Megatron's own _ParamAndGradBuffer lays the parameters out in buckets (reverse
     order, 64-element aligned starts, buckets padded to lcm(DP, 128)), DistributedOptimizer's classmethods cut
     each bucket's DP shards, and its sharded_state_dict / sharded_param_state_<layout> build the optimizer's
@@ -327,7 +331,11 @@ def bucket_worker(rank, world, out, port, fixtures, sharding_type, tp=1, pp=1):
     from megatron.core.distributed.param_and_grad_buffer import _ParamAndGradBuffer
     from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
     state = saved_state(fixtures, keep_shape=True)
-    model = dref.build(tp, pp, rank, world, port)
+    if tied:  # the embedding shared with the output layer: the last stage's copy holds the embedding's state, as
+        # Megatron keeps it (both copies start equal and their gradients are all-reduced over the embedding group)
+        state["output_layer.weight"] = {s: x.clone() for s, x in state["embedding.word_embeddings.weight"].items()}
+        torch.Tensor.cuda = lambda t, *a, **k: t  # GPTModel all-reduces the two copies on "CUDA" (here gloo)
+    model = dref.build(tp, pp, rank, world, port, tied=tied)
     t, p_rank = parallel_state.get_tensor_model_parallel_rank(), parallel_state.get_pipeline_model_parallel_rank()
     # Rank (t, p)'s local masters and moments: TP shards (SwiGLU halves cut separately), its stage's layers
     # renumbered from 0, the embedding on the first stage and the output layer on the last, as Megatron holds them.
@@ -394,6 +402,7 @@ def bucket_worker(rank, world, out, port, fixtures, sharding_type, tp=1, pp=1):
     a.transformer_impl = "local"
     a.overlap_grad_reduce, a.ddp_bucket_size, a.accumulate_allreduce_grads_in_fp32 = True, BUCKET_SIZE, True
     a.dist_ckpt_optim_fully_reshardable = False
+    a.untie_embeddings_and_output_weights = not tied
     _, _, sched_sd = json_groups(fixtures)
     st = {"args": a, "checkpoint_version": 3.0, "iteration": ITERATION, "model": model_sd,
           "num_floating_point_operations_so_far": 0.0, "opt_param_scheduler": sched_sd, "optimizer": optimizer}
@@ -425,17 +434,19 @@ def main_buckets(fixtures):
         fixtures_to_write = (("torch_dist_adam_buckets", "dp_reshardable", 1, 1, 2),
                              ("torch_dist_adam_dp_zero", "dp_zero_gather_scatter", 1, 1, 2),
                              ("torch_dist_adam_buckets_tp2pp2", "dp_reshardable", 2, 2, 4),
-                             ("torch_dist_adam_dp_zero_tp2pp2", "dp_zero_gather_scatter", 2, 2, 4))
+                             ("torch_dist_adam_dp_zero_tp2pp2", "dp_zero_gather_scatter", 2, 2, 4),
+                             ("torch_dist_adam_buckets_tp2pp2_tied", "dp_reshardable", 2, 2, 4, True),
+                             ("torch_dist_adam_dp_zero_tp2pp2_tied", "dp_zero_gather_scatter", 2, 2, 4, True))
     else:  # core_v0.12
         fixtures_to_write = (("torch_dist_adam_dp_zero_v012", "dp_zero_gather_scatter", 1, 1, 2),)
     if os.environ.get("ONLY"):  # regenerate the named fixtures only (comma-separated)
         fixtures_to_write = [f for f in fixtures_to_write if f[0] in os.environ["ONLY"].split(",")]
-    for name, layout, tp, pp, world in fixtures_to_write:
+    for name, layout, tp, pp, world, *tied in fixtures_to_write:
         out = os.path.join(fixtures, name)
         shutil.rmtree(out, ignore_errors=True)
         os.makedirs(out)
-        mp.spawn(bucket_worker, args=(world, out, 29600 + os.getpid() % 90, fixtures, layout, tp, pp), nprocs=world,
-                 join=True)
+        mp.spawn(bucket_worker, args=(world, out, 29600 + os.getpid() % 90, fixtures, layout, tp, pp, bool(tied)),
+                 nprocs=world, join=True)
         result[name] = {"step": ITERATION, "opt_param_scheduler": json_groups(fixtures)[2]}
         result["listing"][name] = dref.listing(os.path.join(out, "iter_%07d" % ITERATION))
     with open(os.path.join(fixtures, "torch_dist_optim.json"), "w") as f:

@@ -44,7 +44,7 @@ def tp1_state_dict(fixtures):
     return torch.load(path, map_location="cpu", weights_only=False)["model"]
 
 
-def build(tp, pp, rank, world, port):
+def build(tp, pp, rank, world, port, tied=False):
     from megatron.core import parallel_state, tensor_parallel
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
@@ -66,7 +66,7 @@ def build(tp, pp, rank, world, port):
         pipeline_dtype=torch.float32)
     model = GPTModel(config, get_gpt_layer_local_spec(normalization="LayerNorm"), vocab_size=ref.PADDED,
                      max_sequence_length=16, position_embedding_type="rope",
-                     share_embeddings_and_output_weights=False,
+                     share_embeddings_and_output_weights=tied,
                      pre_process=parallel_state.is_pipeline_first_stage(),
                      post_process=parallel_state.is_pipeline_last_stage())
     model.eval()
