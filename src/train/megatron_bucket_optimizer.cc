@@ -420,6 +420,51 @@ using RankState = std::map<std::string, std::map<std::pair<std::string, int64_t>
 
 }  // namespace
 
+StatusOr<std::vector<int64_t>> megatron_stage_layers(const PyValue* args, int64_t pp, int64_t num_layers,
+                                                     const std::string& what) {
+  const auto flag_on = [&](const char* name) {
+    const PyValue* v = args ? args->attr(name) : nullptr;
+    return v && v->kind == PyValue::kBool && v->b;
+  };
+  const int64_t first = int_attr(args, "decoder_first_pipeline_num_layers", -1);
+  const int64_t last = int_attr(args, "decoder_last_pipeline_num_layers", -1);
+  const int64_t embedding = flag_on("account_for_embedding_in_pipeline_split") ? 1 : 0;
+  const int64_t loss = flag_on("account_for_loss_in_pipeline_split") ? 1 : 0;
+  const std::string args_text =
+      str_cat("args.num_layers ", num_layers, ", pipeline_model_parallel_size ", pp,
+              first >= 0 ? str_cat(", decoder_first_pipeline_num_layers ", first) : std::string(),
+              last >= 0 ? str_cat(", decoder_last_pipeline_num_layers ", last) : std::string(),
+              embedding ? ", account_for_embedding_in_pipeline_split" : "",
+              loss ? ", account_for_loss_in_pipeline_split" : "");
+  auto refuse = [&](const std::string& why) {
+    return DataLoss(what, ": Megatron's ", args_text, ": ", why, " (Megatron's own pipeline split refuses them); ",
+                    kOutWay);
+  };
+  if (num_layers < 1) return refuse("expected num_layers >= 1");
+  std::vector<int64_t> out(static_cast<size_t>(pp));
+  if (first >= 0 || last >= 0) {
+    if (embedding + loss > 0) return refuse("expected the first/last stage sizes or the account_for flags, not both");
+    const int64_t middle_stages = pp - (first >= 0 ? 1 : 0) - (last >= 0 ? 1 : 0);
+    const int64_t middle_layers = num_layers - std::max<int64_t>(first, 0) - std::max<int64_t>(last, 0);
+    if (middle_layers < 0 || (middle_stages == 0 ? middle_layers != 0 : middle_layers % middle_stages != 0))
+      return refuse(str_cat("expected the ", middle_layers, " other layers to split evenly over the ", middle_stages,
+                            " other stages"));
+    std::fill(out.begin(), out.end(), middle_stages > 0 ? middle_layers / middle_stages : 0);
+    if (first >= 0) out.front() = first;
+    if (last >= 0) out.back() = last;
+  } else if (embedding + loss > 0) {  // the embedding and the loss each count as a layer of the first / last stage
+    if ((num_layers + embedding + loss) % pp != 0)
+      return refuse("expected num_layers plus the accounted embedding and loss to divide by PP");
+    std::fill(out.begin(), out.end(), (num_layers + embedding + loss) / pp);
+    out.front() -= embedding;
+    out.back() -= loss;
+  } else {
+    if (num_layers % pp != 0) return refuse("expected num_layers divisible by PP");
+    std::fill(out.begin(), out.end(), num_layers / pp);
+  }
+  return out;
+}
+
 Status read_megatron_bucket_state(const DcpCheckpoint& c, const PyValue* args, const std::string& dir,
                                   MegatronOptimizerState* o) {
   const std::string what = str_cat(dir, ": Megatron's distributed optimizer state in the '", o->layout, "' layout");
@@ -432,21 +477,16 @@ Status read_megatron_bucket_state(const DcpCheckpoint& c, const PyValue* args, c
   if (const int64_t e = int_attr(args, "num_experts", 0); e > 0)
     return Unimplemented(what, " with args.num_experts ", e, ": not supported yet (the expert parameters' buffers); ",
                          kOutWay);
+  std::vector<int64_t> stage_layers(static_cast<size_t>(pp), pp > 1 ? num_layers / pp : -1);
   if (pp > 1) {
     for (const char* name : {"virtual_pipeline_model_parallel_size", "num_layers_per_virtual_pipeline_stage",
-                             "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
-                             "pipeline_model_parallel_layout", "account_for_embedding_in_pipeline_split",
-                             "account_for_loss_in_pipeline_split"}) {
+                             "pipeline_model_parallel_layout"}) {
       const std::string v = set_attr(args, name);
       if (!v.empty() && !(v == "1" && std::string(name) == "virtual_pipeline_model_parallel_size"))
         return Unimplemented(what, " saved at PP ", pp, " with args.", name, " ", v, ": not supported yet (Gale "
-                             "rebuilds the buffers of Megatron's even pipeline split, one model chunk per stage); ",
-                             kOutWay);
+                             "rebuilds the buffers of one model chunk per stage); ", kOutWay);
     }
-    if (num_layers < 1 || num_layers % pp != 0)
-      return Unimplemented(what, " saved at PP ", pp, " with args.num_layers ", num_layers, ": not supported yet "
-                           "(Gale rebuilds the buffers of Megatron's even pipeline split, which needs num_layers "
-                           "divisible by PP); ", kOutWay);
+    GALE_ASSIGN_OR_RETURN(stage_layers, megatron_stage_layers(args, pp, num_layers, what));
   }
   const PyValue* untie = args ? args->attr("untie_embeddings_and_output_weights") : nullptr;
   const bool tied = !(untie && untie->kind == PyValue::kBool && untie->b);
@@ -478,8 +518,8 @@ Status read_megatron_bucket_state(const DcpCheckpoint& c, const PyValue* args, c
       MegatronModelRank rank;
       rank.tp_size = tp;
       rank.tp_rank = t;
-      rank.num_layers = pp > 1 ? num_layers / pp : -1;
-      rank.first_layer = pp > 1 ? p * rank.num_layers : 0;
+      rank.num_layers = stage_layers[static_cast<size_t>(p)];
+      for (int64_t q = 0; q < p; ++q) rank.first_layer += stage_layers[static_cast<size_t>(q)];
       rank.first_stage = p == 0;
       rank.last_stage = p == pp - 1;
       rank.swiglu = gated;

@@ -609,6 +609,42 @@ TEST(ConvertMegatron, PretrainResumesMegatronsTiedEmbeddingAdamState) {
   EXPECT_EQ(first_loss[2], first_loss[0]);  // both layouts hold the same state: the same one-process loss, to the bit
 }
 
+// An uneven pipeline split (tests/data/megatron/torch_dist_adam_buckets_pp2_uneven: 3 layers saved at PP 2 with
+// --decoder-first-pipeline-num-layers 1): gale pretrain --num-layers 3 continues it with AdamW's update from the loaded
+// state on every element, in one process and at PP 2 with the same split (the same loss).
+TEST(ConvertMegatron, PretrainResumesMegatronsUnevenPipelineAdamState) {
+  TempDir tmp;
+  write_small_dataset(tmp.file("data_text_document"));
+  std::vector<std::string> model = adam_model(tmp);
+  *(std::find(model.begin(), model.end(), "--num-layers") + 1) = "3";
+  const std::string fixture = "torch_dist_adam_buckets_pp2_uneven";
+  const std::vector<std::string> layouts[] = {
+      {}, {"--pipeline-model-parallel-size", "2", "--decoder-first-pipeline-num-layers", "1"}};
+  std::vector<double> first_loss;
+  int k = 0;
+  for (const std::vector<std::string>& layout : layouts) {
+    SCOPED_TRACE(layout.empty() ? "one process" : "PP 2");
+    const std::string save = tmp.file(str_cat("out", k++));
+    std::vector<std::string> program = {GALE_BINARY};
+    program.insert(program.end(), model.begin(), model.end());
+    std::vector<std::string> extra = layout;
+    extra.insert(extra.end(), {"--bf16", "--load", megatron(fixture), "--save", save});
+    test::RunResult r =
+        test::run_with_timeout(testing::launch_argv(layout.empty() ? 1 : 2, program, extra), testing::kMpiEnv, 300);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("successfully loaded checkpoint from " + megatron(fixture) + " at iteration 7"),
+              std::string::npos)
+        << r.output;
+    const std::vector<double> loss = logged_values(r.output, "lm loss");
+    ASSERT_EQ(loss.size(), 1u) << r.output;
+    if (!first_loss.empty()) EXPECT_NEAR(loss[0], first_loss[0], 1e-5 * loss[0]);
+    first_loss.push_back(loss[0]);
+    auto from = read_megatron_checkpoint(megatron(fixture), kUnset, /*with_optimizer=*/true);
+    ASSERT_TRUE(from.ok()) << from.status().message();
+    expect_adamw_step(*from, save, fixture, 7000);  // 6048 + layer 2's 1728 elements
+  }
+}
+
 // Megatron main's --optimizer lion state (tests/data/megatron/torch_dist_lion, tools/reference/megatron_lion_reference.py:
 // the non-distributed ChainedOptimizer [Lion, AdamW] after 7 steps, f32). Iteration 8 in Gale (--optimizer lion,
 // one process and TP 2) must continue it on every element: for Lion's parameters (the 2-D ones but the

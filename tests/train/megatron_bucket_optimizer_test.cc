@@ -372,6 +372,46 @@ TEST(MegatronBucketLayoutErrors, TiedEmbeddingCopyIsPlacedAndChecked) {
                  "first stage's embedding (1 of 1024 elements differ): expected equal copies, as Megatron keeps them");
 }
 
+// tests/data/megatron/torch_dist_adam_buckets_pp2_uneven: Megatron core_v0.15.3 at PP 2 x TP 1 with 3 layers and
+// --decoder-first-pipeline-num-layers 1 (the first stage layer 0 and the embedding, the last layers 1 and 2, the final
+// norm and the output layer): layers 0 and 1 hold the TP 1 run's state, layer 2 layer 0's with the masters and first
+// moment negated. Read with the stages' layers of Megatron's uneven split, every element lands where it belongs.
+TEST(MegatronBucketLayout, UnevenPipelineSplitReadsAtItsGlobalLayers) {
+  Saved tp1, uneven("torch_dist_adam_buckets_pp2_uneven/iter_0000007");
+  auto a = tp1.read();
+  auto b = uneven.read();
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_EQ(b->step, 7);
+  ASSERT_EQ(b->tensors.size(), 3u);
+  int64_t compared = 0;
+  for (const auto& [state, by_key] : a->tensors) {
+    ASSERT_EQ(b->tensors.at(state).size(), by_key.size()) << state;
+    for (const auto& [key, want] : by_key) {
+      ASSERT_TRUE(b->tensors.at(state).count(key)) << state << " " << key;
+      const Tensor& got = b->tensors.at(state).at(key);
+      const bool stacked = key.rfind("decoder.layers.", 0) == 0;
+      const int64_t per_layer = stacked ? want.numel() / 2 : want.numel();
+      ASSERT_EQ(got.numel(), stacked ? 3 * per_layer : want.numel()) << state << " " << key;
+      for (int64_t i = 0; i < want.numel(); ++i, ++compared)  // layers 0 and 1 (or the whole tensor)
+        ASSERT_EQ(got.data<float>()[i], want.data<float>()[i]) << state << " " << key << " [" << i << "]";
+      if (!stacked) continue;
+      const float sign = state == "exp_avg_sq" ? 1.0f : -1.0f;
+      for (int64_t i = 0; i < per_layer; ++i, ++compared)  // layer 2: layer 0's, negated but the second moment
+        ASSERT_EQ(got.data<float>()[2 * per_layer + i], sign * want.data<float>()[i]) << state << " " << key << " [" << i << "]";
+    }
+  }
+  EXPECT_GT(compared, 3 * 6048);
+  // Read with the even split's stages (args without the first stage's size), the buckets do not fit.
+  uneven.args->state->set("decoder_first_pipeline_num_layers", PyValue::none());
+  expect_message(uneven.read(), StatusCode::kDataLoss,
+                 "D: Megatron's distributed optimizer state in the 'dp_reshardable' layout: Megatron's args.num_layers "
+                 "3, pipeline_model_parallel_size 2: expected num_layers divisible by PP (Megatron's own pipeline "
+                 "split refuses them)");
+  uneven.args->state->set("decoder_last_pipeline_num_layers", PyValue::integer(1));  // layers 0, 1 first: refused
+  expect_error(uneven.read(), StatusCode::kDataLoss, "pipeline rank 0 of 2: the saved bucket sizes [1152, 2048]");
+}
+
 // What is still refused at TP or PP > 1, and args that do not fit the saved ranks.
 TEST(MegatronBucketLayoutErrors, Tp2Pp2RunsGaleCannotRead) {
   const std::string what = "D: Megatron's distributed optimizer state in the 'dp_reshardable' layout";
@@ -388,21 +428,39 @@ TEST(MegatronBucketLayoutErrors, Tp2Pp2RunsGaleCannotRead) {
     s.args->state->set("virtual_pipeline_model_parallel_size", PyValue::integer(2));
     expect_message(s.read(), StatusCode::kUnimplemented,
                    what + " saved at PP 2 with args.virtual_pipeline_model_parallel_size 2: not supported yet (Gale "
-                   "rebuilds the buffers of Megatron's even pipeline split, one model chunk per stage)");
+                   "rebuilds the buffers of one model chunk per stage)");
   }
   {
-    Saved s(kTp2Pp2);
+    Saved s(kTp2Pp2);  // the even split spelt out: read as saved
     s.args->state->set("decoder_first_pipeline_num_layers", PyValue::integer(1));
-    expect_message(s.read(), StatusCode::kUnimplemented,
-                   what + " saved at PP 2 with args.decoder_first_pipeline_num_layers 1: not supported yet (Gale "
-                   "rebuilds the buffers of Megatron's even pipeline split, one model chunk per stage)");
+    EXPECT_TRUE(s.read().ok());
+    s.args->state->set("decoder_first_pipeline_num_layers", PyValue::none());
+    s.args->state->set("account_for_embedding_in_pipeline_split", PyValue::boolean(true));
+    s.args->state->set("account_for_loss_in_pipeline_split", PyValue::boolean(true));
+    EXPECT_TRUE(s.read().ok());
+  }
+  {
+    Saved s(kTp2Pp2);  // both layers on the first stage: its buffers are not those of its saved buckets
+    s.args->state->set("decoder_first_pipeline_num_layers", PyValue::integer(2));
+    expect_message(s.read(), StatusCode::kDataLoss,
+                   what + ", tensor-parallel rank 0 of 2, pipeline rank 0 of 2: the saved bucket sizes [1088, 640] "
+                   "(optimizer.distributed.dp_group_idx_0.per_bucket_numel_unpadded/shard_0_1) differ from the "
+                   "[1088, 1088, 768] of the buffer layout Gale rebuilt from the saved args (bucket size 1000, "
+                   "transformer_impl 'local')");
   }
   {
     Saved s(kTp2Pp2);
     s.args->state->set("num_layers", PyValue::integer(3));
-    expect_message(s.read(), StatusCode::kUnimplemented,
-                   what + " saved at PP 2 with args.num_layers 3: not supported yet (Gale rebuilds the buffers of "
-                   "Megatron's even pipeline split, which needs num_layers divisible by PP)");
+    expect_message(s.read(), StatusCode::kDataLoss,
+                   what + ": Megatron's args.num_layers 3, pipeline_model_parallel_size 2: expected num_layers "
+                   "divisible by PP (Megatron's own pipeline split refuses them)");
+    s.args->state->set("account_for_embedding_in_pipeline_split", PyValue::boolean(true));
+    s.args->state->set("decoder_last_pipeline_num_layers", PyValue::integer(1));
+    expect_message(s.read(), StatusCode::kDataLoss,
+                   what + ": Megatron's args.num_layers 3, pipeline_model_parallel_size 2, "
+                   "decoder_last_pipeline_num_layers 1, account_for_embedding_in_pipeline_split: expected the "
+                   "first/last stage sizes or the account_for flags, not both (Megatron's own pipeline split refuses "
+                   "them)");
   }
   {
     Saved s(kTp2Pp2);  // TP 3: linear_proj's 16 columns have no TP 3 pieces

@@ -98,7 +98,8 @@ TEST(MegatronDistOptimizer, ListsWhatTorchReadsFromTheMetadata) {
   for (const char* dir :
        {"torch_dist_adam", "torch_dist_adam_dp2", "torch_dist_adam_reshardable", "torch_dist_adam_buckets",
         "torch_dist_adam_dp_zero", "torch_dist_adam_dp_zero_v012", "torch_dist_adam_buckets_tp2pp2",
-        "torch_dist_adam_dp_zero_tp2pp2", "torch_dist_adam_buckets_tp2pp2_tied", "torch_dist_adam_dp_zero_tp2pp2_tied"}) {
+        "torch_dist_adam_dp_zero_tp2pp2", "torch_dist_adam_buckets_tp2pp2_tied", "torch_dist_adam_dp_zero_tp2pp2_tied",
+        "torch_dist_adam_buckets_pp2_uneven"}) {
     SCOPED_TRACE(dir);
     auto c = DcpCheckpoint::open(fixture(str_cat(dir, "/iter_0000007")));
     ASSERT_TRUE(c.ok()) << c.status().message();
