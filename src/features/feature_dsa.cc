@@ -82,7 +82,7 @@ class DsaFeature : public Feature {
            "CP as Megatron-Core's (TP×CP divides --linear-num-key-heads); no MLA, LoRA, MTP, Megatron-format "
            "conversion; gale convert imports and exports Hugging Face Qwen3NextForCausalLM; gdn2 not "
            "supported yet (a hybrid model's GDN layers are the 'G' layers of --hybrid-override-pattern, sized by the "
-           "same --linear-* flags). "
+           "same --linear-* flags, recorded in its checkpoint args: CP, generate and evaluate as here). "
            "--experimental-attention-variant dsa: DeepSeek-V3.2 sparse attention on MLA; a lightning indexer "
            "(--dsa-indexer-n-heads, --dsa-indexer-head-dim) picks each query's --dsa-indexer-topk keys, MLA attends "
            "only to them, the indexer learns from a KL loss (--dsa-indexer-loss-coeff, --dsa-indexer-use-sparse-loss) "
