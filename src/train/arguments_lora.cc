@@ -31,6 +31,10 @@ Status validate_lora_args(Arguments& a, const ArgParser& p) {
     return InvalidArgument("--lora-r: expected a positive integer, found ", l.lora_r);
   if (l.lora_alpha <= 0) return InvalidArgument("--lora-alpha: expected a positive integer, found ", l.lora_alpha);
   for (const std::string& t : l.lora_target_modules) {
+    if (t == "in_proj" || t == "out_proj")  // Megatron-Core's GatedDeltaNet (and MambaMixer) projections
+      return Unimplemented("--lora-target-modules ", t, ": adapters on the Gated DeltaNet / Mamba projections are "
+                           "not supported yet (expected linear_qkv, linear_proj, linear_fc1 or linear_fc2: a GDN "
+                           "model's attention and MLP linears)");
     bool known = false;
     for (const char* k : kLoraTargets) known = known || t == k;
     if (!known)

@@ -74,16 +74,6 @@ Status check_hybrid_inference(const Arguments& args) {
   return Status::Ok();
 }
 
-// A Gated DeltaNet model (from the checkpoint's args: gale generate and evaluate have no flags for
-// it): what its inference does not do.
-Status check_gdn_inference(const Arguments& args) {
-  if (args.model.experimental_attention_variant != "gdn") return Status::Ok();
-  if (!args.lora.lora_load.empty())
-    return Unimplemented("--lora-load with a Gated DeltaNet model (--experimental-attention-variant gdn): not "
-                         "supported yet (GDN models train no LoRA adapters)");
-  return Status::Ok();
-}
-
 }  // namespace
 
 Status validate_inference_model_args(Arguments& args, const ArgParser& parser) {
@@ -119,7 +109,6 @@ StatusOr<std::unique_ptr<InferenceModel>> load_inference_model(Arguments& args, 
     GALE_ASSIGN_OR_RETURN(args.moe, moe_args_from_json(saved, where, args.model.num_layers));
   }
   GALE_RETURN_IF_ERROR(check_hybrid_inference(args));
-  GALE_RETURN_IF_ERROR(check_gdn_inference(args));
   GALE_ASSIGN_OR_RETURN(m->tokenizer, build_pretrain_tokenizer(args));
   if (!args.checkpoint.use_checkpoint_args)
     args.model.padded_vocab_size =
