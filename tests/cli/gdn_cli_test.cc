@@ -183,7 +183,7 @@ TEST(GalePretrainGdn, GenerateAndEvaluateLoadTheCheckpoint) {
 
 // LoRA on a GDN model (MindSpeed-LLM's flags; adapters on the attention layers' linear_qkv / linear_proj
 // and every MLP, the GDN mixer frozen: tests/model/gdn_lora_test.cc): a fine-tuning run from a base
-// checkpoint trains and saves the adapters only; gale generate / evaluate --lora-load merge them at
+// checkpoint trains and saves the adapters only, at TP 2 with the one-process losses; gale generate / evaluate --lora-load merge them at
 // load (a perplexity other than the base's, the same with the flags repeated); the GDN projections
 // as targets are refused in one line.
 TEST(GalePretrainGdn, LoraFineTuningSavesAdaptersThatGenerateAndEvaluateMerge) {
@@ -202,6 +202,15 @@ TEST(GalePretrainGdn, LoraFineTuningSavesAdaptersThatGenerateAndEvaluateMerge) {
   const std::vector<double> lm = logged_values(tuned.output, "lm loss");
   ASSERT_EQ(lm.size(), 12u) << tuned.output;
   for (double l : lm) EXPECT_TRUE(std::isfinite(l)) << tuned.output;
+  // TP 2 (the base resharded at load, the adapters split as the linears): the same losses.
+  std::vector<std::string> tune_tp(tune.begin(), tune.begin() + 5);  // the model, --load, --finetune
+  tune_tp.insert(tune_tp.end(), {"--tensor-model-parallel-size", "2", "--make-vocab-size-divisible-by", "64"});
+  tune_tp.insert(tune_tp.end(), lora.begin(), lora.end());
+  const test::RunResult tp = run(2, tune_tp, "12");
+  ASSERT_EQ(tp.exit_code, 0) << tp.output;
+  const std::vector<double> lt = logged_values(tp.output, "lm loss");
+  ASSERT_EQ(lt.size(), 12u) << tp.output;
+  for (size_t i = 0; i < lt.size(); ++i) EXPECT_NEAR(lt[i], lm[i], 1e-5 * lm[i]) << "TP 2, iteration " << i + 1;
   // The adapter checkpoint holds lora_A / lora_B only: no GDN tensor.
   const StatusOr<SafetensorsFile> shard = SafetensorsFile::open(dir + "/lora/iter_0000012/shard_00000.safetensors");
   ASSERT_TRUE(shard.ok()) << shard.status().to_string();
