@@ -43,7 +43,7 @@
 // their keys and values.
 // Rules: needs --swiglu and --normalization RMSNorm; refused (not supported yet): --tp-2d,
 // --multi-latent-attention, --is-hybrid-model (its 'G' layers instead), LoRA on the GDN projections
-// (in_proj / out_proj; the attention and MLP linears take adapters, --lora-load merges them), --mtp-num-layers, conversion to or from Megatron's formats, gdn2. gale convert reads and
+// (in_proj / out_proj) at TP or CP > 1, --mtp-num-layers, conversion to or from Megatron's formats, gdn2. gale convert reads and
 // writes Hugging Face's Qwen3NextForCausalLM (a Qwen3-Next-shaped GDN model: train/hf_config.h).
 // Tests: tests/model/gated_delta_net_test.cc (numpy golden, finite differences, causality, names and
 // init), tests/model/gdn_decode_test.cc (cached decoding against whole-sequence forwards),
@@ -79,8 +79,8 @@ class DsaFeature : public Feature {
            "layers --linear-attention-freq selects (--linear-conv-kernel-dim, --linear-key-head-dim, "
            "--linear-value-head-dim, --linear-num-key-heads, --linear-num-value-heads); needs --swiglu and RMSNorm; "
            "TP/SP split the heads; generate/evaluate/batched serving with per-sequence GDN decoding states; "
-           "CP as Megatron-Core's (TP×CP divides --linear-num-key-heads); LoRA on the attention and MLP linears (the GDN mixer "
-           "frozen); no MLA, MTP, Megatron-format conversion; gale convert imports and exports Hugging Face Qwen3NextForCausalLM; gdn2 not "
+           "CP as Megatron-Core's (TP×CP divides --linear-num-key-heads); LoRA (in_proj / out_proj at TP 1 and CP 1, and "
+           "the attention and MLP linears); no MLA, MTP, Megatron-format conversion; gale convert imports and exports Hugging Face Qwen3NextForCausalLM; gdn2 not "
            "supported yet (a hybrid model's GDN layers are the 'G' layers of --hybrid-override-pattern, sized by the "
            "same --linear-* flags, recorded in its checkpoint args: CP, generate and evaluate as here). "
            "--experimental-attention-variant dsa: DeepSeek-V3.2 sparse attention on MLA; a lightning indexer "

@@ -181,11 +181,12 @@ TEST(GalePretrainGdn, GenerateAndEvaluateLoadTheCheckpoint) {
   std::filesystem::remove_all(dir);
 }
 
-// LoRA on a GDN model (MindSpeed-LLM's flags; adapters on the attention layers' linear_qkv / linear_proj
-// and every MLP, the GDN mixer frozen: tests/model/gdn_lora_test.cc): a fine-tuning run from a base
-// checkpoint trains and saves the adapters only, at TP 2 with the one-process losses; gale generate / evaluate --lora-load merge them at
-// load (a perplexity other than the base's, the same with the flags repeated); the GDN projections
-// as targets are refused in one line.
+// LoRA on a GDN model (MindSpeed-LLM's flags; adapters on the GDN mixers' in_proj / out_proj, the
+// attention layers' linear_qkv / linear_proj and every MLP: tests/model/gdn_lora_test.cc): a
+// fine-tuning run from a base checkpoint trains and saves the adapters only; with the four
+// MindSpeed-LLM linears TP 2 gives the one-process losses; gale generate / evaluate --lora-load merge
+// them at load (a perplexity other than the base's, the same with the flags repeated); the GDN
+// projections' adapters at TP 2 are refused in one line.
 TEST(GalePretrainGdn, LoraFineTuningSavesAdaptersThatGenerateAndEvaluateMerge) {
   const std::string dir = "/tmp/gale_gdn_lora_" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
@@ -193,7 +194,8 @@ TEST(GalePretrainGdn, LoraFineTuningSavesAdaptersThatGenerateAndEvaluateMerge) {
       run(1, {"--linear-attention-freq", "2", "--save", dir + "/base", "--save-interval", "4"}, "4");
   ASSERT_EQ(base.exit_code, 0) << base.output;
   const std::vector<std::string> lora = {"--lora-r", "4", "--lora-alpha", "8", "--lora-target-modules", "linear_qkv",
-                                         "linear_proj", "linear_fc1", "linear_fc2"};
+                                         "linear_proj", "linear_fc1", "linear_fc2", "in_proj", "out_proj"};
+  const std::vector<std::string> lora4(lora.begin(), lora.end() - 2);  // without the GDN projections
   std::vector<std::string> tune = {"--linear-attention-freq", "2", "--load", dir + "/base", "--finetune", "--save",
                                    dir + "/lora", "--save-interval", "12"};
   tune.insert(tune.end(), lora.begin(), lora.end());
@@ -202,20 +204,26 @@ TEST(GalePretrainGdn, LoraFineTuningSavesAdaptersThatGenerateAndEvaluateMerge) {
   const std::vector<double> lm = logged_values(tuned.output, "lm loss");
   ASSERT_EQ(lm.size(), 12u) << tuned.output;
   for (double l : lm) EXPECT_TRUE(std::isfinite(l)) << tuned.output;
-  // TP 2 (the base resharded at load, the adapters split as the linears): the same losses.
-  std::vector<std::string> tune_tp(tune.begin(), tune.begin() + 5);  // the model, --load, --finetune
+  // The four MindSpeed-LLM linears at TP 2 (the base resharded at load, the adapters split as the
+  // linears): one process's losses.
+  std::vector<std::string> tune1(tune.begin(), tune.begin() + 5);  // the model, --load, --finetune
+  tune1.insert(tune1.end(), lora4.begin(), lora4.end());
+  std::vector<std::string> tune_tp = tune1;
   tune_tp.insert(tune_tp.end(), {"--tensor-model-parallel-size", "2", "--make-vocab-size-divisible-by", "64"});
-  tune_tp.insert(tune_tp.end(), lora.begin(), lora.end());
-  const test::RunResult tp = run(2, tune_tp, "12");
+  const test::RunResult one = run(1, tune1, "6"), tp = run(2, tune_tp, "6");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
   ASSERT_EQ(tp.exit_code, 0) << tp.output;
-  const std::vector<double> lt = logged_values(tp.output, "lm loss");
-  ASSERT_EQ(lt.size(), 12u) << tp.output;
-  for (size_t i = 0; i < lt.size(); ++i) EXPECT_NEAR(lt[i], lm[i], 1e-5 * lm[i]) << "TP 2, iteration " << i + 1;
+  const std::vector<double> l1 = logged_values(one.output, "lm loss"), lt = logged_values(tp.output, "lm loss");
+  ASSERT_EQ(l1.size(), 6u) << one.output;
+  ASSERT_EQ(lt.size(), 6u) << tp.output;
+  for (size_t i = 0; i < lt.size(); ++i) EXPECT_NEAR(lt[i], l1[i], 1e-5 * l1[i]) << "TP 2, iteration " << i + 1;
   // The adapter checkpoint holds lora_A / lora_B only: no GDN tensor.
   const StatusOr<SafetensorsFile> shard = SafetensorsFile::open(dir + "/lora/iter_0000012/shard_00000.safetensors");
   ASSERT_TRUE(shard.ok()) << shard.status().to_string();
   EXPECT_TRUE(shard->contains("decoder.layers.0.mlp.linear_fc1.lora_A.default.weight"));
   EXPECT_TRUE(shard->contains("decoder.layers.1.self_attention.linear_qkv.lora_B.default.weight"));
+  EXPECT_TRUE(shard->contains("decoder.layers.0.self_attention.in_proj.lora_A.default.weight"));
+  EXPECT_TRUE(shard->contains("decoder.layers.2.self_attention.out_proj.lora_B.default.weight"));
   EXPECT_FALSE(shard->contains("decoder.layers.0.self_attention.in_proj.weight"));
   auto infer = [&](const char* sub, std::vector<std::string> extra) {
     return testing::infer_from_checkpoint(sub, dir + "/base", std::move(extra));
@@ -248,11 +256,12 @@ TEST(GalePretrainGdn, LoraFineTuningSavesAdaptersThatGenerateAndEvaluateMerge) {
   EXPECT_FALSE(adapted.empty());
   EXPECT_EQ(adapted, again);
   EXPECT_NE(adapted, plain) << "the merged adapters change the model";
-  // The GDN projections as targets: refused, naming the module.
-  const test::RunResult in_proj = run(1, {"--linear-attention-freq", "2", "--lora-target-modules", "in_proj"}, "1");
+  // The GDN projections' adapters under TP: refused, naming the module.
+  const test::RunResult in_proj = run(2, {"--linear-attention-freq", "2", "--lora-target-modules", "in_proj",
+                                          "--tensor-model-parallel-size", "2"}, "1");
   EXPECT_NE(in_proj.exit_code, 0);
-  EXPECT_NE(in_proj.output.find("--lora-target-modules in_proj: adapters on the Gated DeltaNet / Mamba projections "
-                                "are not supported yet"),
+  EXPECT_NE(in_proj.output.find("--lora-target-modules in_proj with --tensor-model-parallel-size 2 and "
+                                "--context-parallel-size 1: not supported yet"),
             std::string::npos)
       << in_proj.output;
   std::filesystem::remove_all(dir);

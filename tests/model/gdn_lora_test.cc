@@ -1,11 +1,12 @@
 // LoRA on a Gated DeltaNet model (model/lora.h; tiny_gdn_config: GDN layers 0, 2, 3 and attention
-// layers 1, 4): adapters on the attention layers' linear_qkv / linear_proj and every layer's
-// linear_fc1 / linear_fc2 train alone (the GDN mixer's parameters frozen with the rest of the base),
+// layers 1, 4): adapters on the GDN mixers' in_proj / out_proj, the attention layers' linear_qkv /
+// linear_proj and every layer's linear_fc1 / linear_fc2 train alone (the rest of the base frozen),
 // their gradients match finite differences through the GDN layers, the adapted model starts at the
 // base and merging W += s·B·A gives the adapted logits.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "model/gdn_test_model.h"
@@ -28,7 +29,7 @@ ModelConfig gdn_lora_config() {
   ModelConfig c = testing::tiny_gdn_config();
   c.lora.r = 3;
   c.lora.alpha = 6.0;
-  c.lora.qkv = c.lora.proj = c.lora.fc1 = c.lora.fc2 = true;
+  c.lora.qkv = c.lora.proj = c.lora.fc1 = c.lora.fc2 = c.lora.in_proj = c.lora.out_proj = true;
   c.seq_length = 16;  // within the RoPE table of max_positions 48
   return c;
 }
@@ -54,9 +55,11 @@ TEST(GdnLora, OnlyAdaptersTrainAndTheirGradientsMatchFiniteDifferences) {
     EXPECT_EQ(s.trainable, is_lora) << s.name;
     adapters += is_lora;
   }
-  // 2 attention layers x 4 linears + 3 GDN layers x 2 MLP linears, A and B each.
-  EXPECT_EQ(adapters, 2 * (2 * 4 + 3 * 2));
+  // 2 attention layers x 4 linears + 3 GDN layers x (in_proj, out_proj and 2 MLP linears), A and B each.
+  EXPECT_EQ(adapters, 2 * (2 * 4 + 3 * 4));
   EXPECT_GE(pb.find("decoder.layers.0.mlp.linear_fc1.lora_A.default.weight"), 0);
+  EXPECT_GE(pb.find("decoder.layers.0.self_attention.in_proj.lora_A.default.weight"), 0);
+  EXPECT_GE(pb.find("decoder.layers.3.self_attention.out_proj.lora_B.default.weight"), 0);
   EXPECT_LT(pb.find("decoder.layers.0.self_attention.linear_qkv.lora_A.default.weight"), 0);
   const std::vector<float> base_before(pb.flat_params().data<float>() + pb.trainable_numel(),
                                        pb.flat_params().data<float>() + pb.numel());
@@ -101,15 +104,17 @@ TEST(GdnLora, StartsAtTheBaseModelAndMergesIntoIt) {
     lora_merge(bp.param_data(id), lora_weights(lp, ids, lc.lora.scaling(), sgemm));
     ++merged;
   }
-  EXPECT_EQ(merged, 2 * 4 + 3 * 2);
+  EXPECT_EQ(merged, 2 * 4 + 3 * 4);
   Tensor m = base.forward_logits(mb, Tensor());
   double worst = 0.0, moved = 0.0;
   for (int64_t i = 0; i < adapted.numel(); ++i) {
     worst = std::max(worst, double(std::fabs(adapted.data<float>()[i] - m.data<float>()[i])));
     moved = std::max(moved, double(std::fabs(adapted.data<float>()[i] - b0.data<float>()[i])));
   }
-  EXPECT_LT(worst, 1e-5);
-  EXPECT_GT(moved, 1e-3);
+  // f32 rounding of 20 merged weights (through the GDN recurrence): ~1e-5; the adapters move the logits > 1e-2.
+  EXPECT_LT(worst, 5e-5);
+  EXPECT_GT(moved, 1e-2);
+  std::printf("merged vs adapted %.2e, adapted vs base %.2e\n", worst, moved);
 }
 
 }  // namespace
