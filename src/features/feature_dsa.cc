@@ -42,8 +42,8 @@
 // rule's state, model/mamba_state.h) as Megatron's ssm_prefill / ssm_decode, its attention layers
 // their keys and values.
 // Rules: needs --swiglu and --normalization RMSNorm; refused (not supported yet): --tp-2d,
-// --multi-latent-attention, --is-hybrid-model (its 'G' layers instead), LoRA (and --lora-load in
-// inference), --mtp-num-layers, conversion to or from Megatron's formats, gdn2. gale convert reads and
+// --multi-latent-attention, --is-hybrid-model (its 'G' layers instead), LoRA on the GDN projections
+// (in_proj / out_proj) at TP or CP > 1, --mtp-num-layers, conversion to or from Megatron's formats, gdn2. gale convert reads and
 // writes Hugging Face's Qwen3NextForCausalLM (a Qwen3-Next-shaped GDN model: train/hf_config.h).
 // Tests: tests/model/gated_delta_net_test.cc (numpy golden, finite differences, causality, names and
 // init), tests/model/gdn_decode_test.cc (cached decoding against whole-sequence forwards),
@@ -81,10 +81,10 @@ class DsaFeature : public Feature {
            "TP/SP split the heads; generate/evaluate/batched serving with per-sequence GDN decoding states; "
            "CP as Megatron-Core's (TP×CP divides --linear-num-key-heads); MTP (--mtp-num-layers) when the last "
            "decoder layer is full attention, with speculative decoding (--num-speculative-tokens) rolling the GDN "
-           "states back; no MLA, LoRA, Megatron-format "
-           "conversion; gale convert imports and exports Hugging Face Qwen3NextForCausalLM; gdn2 not "
+           "states back; LoRA (in_proj / out_proj at TP 1 and CP 1, and the attention and MLP linears); no MLA, "
+           "Megatron-format conversion; gale convert imports and exports Hugging Face Qwen3NextForCausalLM; gdn2 not "
            "supported yet (a hybrid model's GDN layers are the 'G' layers of --hybrid-override-pattern, sized by the "
-           "same --linear-* flags). "
+           "same --linear-* flags, recorded in its checkpoint args: CP, generate and evaluate as here). "
            "--experimental-attention-variant dsa: DeepSeek-V3.2 sparse attention on MLA; a lightning indexer "
            "(--dsa-indexer-n-heads, --dsa-indexer-head-dim) picks each query's --dsa-indexer-topk keys, MLA attends "
            "only to them, the indexer learns from a KL loss (--dsa-indexer-loss-coeff, --dsa-indexer-use-sparse-loss) "
@@ -165,9 +165,6 @@ class DsaFeature : public Feature {
                              "--context-parallel-size (", tp, " × ", cp, " = ", tp * cp,
                              ": each rank holds 1/(TP·CP) of the Gated DeltaNet heads between the "
                              "all-to-alls), found ", a.model.linear_num_key_heads);
-    if (a.lora.enabled())
-      return Unimplemented("--experimental-attention-variant gdn with --lora-target-modules: not supported yet "
-                           "(GDN layers have no linear_qkv / linear_proj)");
     if (p.tp_2d) return Unimplemented("--experimental-attention-variant gdn with --tp-2d: not supported yet");
     // --mtp-num-layers: train/arguments_gdn.cc (the last decoder layer must be a full-attention layer).
     return Status::Ok();

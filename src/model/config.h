@@ -228,7 +228,8 @@ struct LoraConfig {
   int64_t r = 0;  // 0: no LoRA
   double alpha = 0.0;
   bool qkv = false, proj = false, fc1 = false, fc2 = false;  // the targeted linears
-  bool enabled() const { return r > 0 && (qkv || proj || fc1 || fc2); }
+  bool in_proj = false, out_proj = false;  // a Gated DeltaNet mixer's projections (model/gated_delta_net.h)
+  bool enabled() const { return r > 0 && (qkv || proj || fc1 || fc2 || in_proj || out_proj); }
   float scaling() const { return static_cast<float>(alpha / static_cast<double>(r)); }
 };
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <utility>
 
 #include "core/threads.h"
@@ -117,7 +118,7 @@ GdnDims GdnDims::tp_local(int64_t tp) const {
 
 std::vector<int> GdnParamIds::all() const {
   std::vector<int> ids;
-  for (int id : {in_proj, conv_w, dt_bias, a_log, out_norm_w, out_proj})
+  for (int id : {in_proj, conv_w, dt_bias, a_log, out_norm_w, out_proj, lora_in.a, lora_in.b, lora_out.a, lora_out.b})
     if (id >= 0) ids.push_back(id);
   return ids;
 }
@@ -150,6 +151,18 @@ GdnParamIds register_gdn_params(ParamBuffer& pb, const ModelConfig& c, int64_t l
   w.out_proj = pb.add(gemm_weight(split(make_param_spec(gdn_name(layer, "out_proj.weight"), {d.H, VD},
                                                         InitKind::kNormal, out_std, true),
                                         1, {VD})));
+  const bool lora_in = lora_targets(c.lora, LoraTarget::kInProj), lora_out = lora_targets(c.lora, LoraTarget::kOutProj);
+  if (lora_in || lora_out) {
+    GALE_CHECK(!tp) << "LoRA on the Gated DeltaNet projections under tensor parallelism";
+    std::optional<ModelPartition> whole;  // TP 1 without a partition: the single-process one
+    if (!part) whole.emplace(single_process_partition(c));
+    const ModelPartition& one = part ? *part : *whole;
+    if (lora_in)
+      w.lora_in = register_lora_params(pb, c.lora, one, gdn_name(layer, "in_proj.weight"), d.in_proj_rows(), d.H,
+                                       LoraSplit::kColumn);
+    if (lora_out)
+      w.lora_out = register_lora_params(pb, c.lora, one, gdn_name(layer, "out_proj.weight"), d.H, VD, LoraSplit::kRow);
+  }
   return w;
 }
 
@@ -167,6 +180,8 @@ GdnWeights gdn_weights(const ModelConfig& c, const ParamBuffer& pb, const GdnPar
   m.g_dt_bias = pb.grad_data(w.dt_bias);
   m.g_a_log = pb.grad_data(w.a_log);
   m.g_out_norm = pb.grad_data(w.out_norm_w);
+  if (w.lora_in.defined()) m.lora_in = lora_weights(pb, w.lora_in, c.lora.scaling(), gemm);
+  if (w.lora_out.defined()) m.lora_out = lora_weights(pb, w.lora_out, c.lora.scaling(), gemm);
   return m;
 }
 
@@ -178,6 +193,8 @@ Tensor forward(const GdnDims& d_tp, const GdnWeights& w_tp, const Tensor& u, con
                DType gemm_dtype, GdnSaved* saved) {
   Tensor u_saved;
   Tensor zx = column_parallel_linear_forward(w_tp.tp, u, w_tp.in_proj, &u_saved);  // [T, R] (gathered under SP)
+  Tensor lora_in_u, lora_out_u;  // the adapters' x·Aᵀ (TP 1: u is in_proj's whole input)
+  if (w_tp.lora_in.a) lora_in_u = lora_forward(u, w_tp.lora_in, zx);
   if (w_tp.cp.on()) zx = gdn_cp_seq_to_heads(w_tp.cp, d_tp, zx);  // [S_global·B, R_cp]
   const GdnCpWeights cpw(d_tp, w_tp);  // this cp rank's heads (d_tp, w_tp without CP)
   const GdnDims& d = cpw.dims();
@@ -247,7 +264,10 @@ Tensor forward(const GdnDims& d_tp, const GdnWeights& w_tp, const Tensor& u, con
   if (w_tp.cp.on()) normed = mamba_cp_heads_to_seq(w_tp.cp, normed);  // [S_local·B, VD of this TP rank]
   Tensor normed_in = to_gemm_input(normed, gemm_dtype);
   Tensor out = row_parallel_linear_forward(w.tp, normed_in, w.out_proj);  // [T, H] (this rank's rows under SP)
+  if (w_tp.lora_out.a) lora_out_u = lora_forward(normed_in, w_tp.lora_out, out);
   if (saved) {
+    saved->lora_in_u = lora_in_u;
+    saved->lora_out_u = lora_out_u;
     saved->u = u_saved;
     saved->zx = zx;
     saved->conv_pre = conv_pre;
@@ -280,7 +300,8 @@ Tensor gdn_forward_sequences(const GdnDims& d, const GdnWeights& w, const Tensor
 Tensor gdn_backward(const GdnDims& d_tp, const GdnWeights& w_tp, GdnSaved& sv, const Tensor& d_out, int64_t S,
                     int64_t B) {
   Tensor d_normed = row_parallel_linear_backward(w_tp.tp, d_out, sv.normed, w_tp.out_proj);  // [T, VD]
-  sv.normed = Tensor();
+  if (w_tp.lora_out.a) lora_backward(d_out, sv.normed, sv.lora_out_u, w_tp.lora_out, d_normed);
+  sv.normed = sv.lora_out_u = Tensor();
   if (w_tp.cp.on()) {
     d_normed = mamba_cp_heads_to_seq_backward(w_tp.cp, d_normed);  // [S_global·B, VD_cp]
     S = w_tp.cp.split->seq_length;
@@ -474,7 +495,8 @@ Tensor gdn_backward(const GdnDims& d_tp, const GdnWeights& w_tp, GdnSaved& sv, c
   cpw.add_grads();
   if (w_tp.cp.on()) d_zx = gdn_cp_seq_to_heads_backward(w_tp.cp, d_tp, d_zx);  // [S_local·B, R]
   Tensor du = column_parallel_linear_backward(w_tp.tp, d_zx, sv.u, w_tp.in_proj);
-  sv.u = sv.zx = Tensor();
+  if (w_tp.lora_in.a) lora_backward(d_zx, sv.u, sv.lora_in_u, w_tp.lora_in, du);
+  sv.u = sv.zx = sv.lora_in_u = Tensor();
   return du;
 }
 

@@ -43,6 +43,7 @@
 #include "core/tensor.h"
 #include "model/config.h"
 #include "model/linear.h"
+#include "model/lora.h"
 #include "model/mamba_mixer.h"
 #include "model/params.h"
 #include "model/tp_linear.h"
@@ -64,11 +65,14 @@ struct GdnDims {
 // Ids of one GDN mixer's parameters (-1 where absent; the layer's norm is the layer's).
 struct GdnParamIds {
   int in_proj = -1, conv_w = -1, dt_bias = -1, a_log = -1, out_norm_w = -1, out_proj = -1;
+  LoraIds lora_in, lora_out;  // LoRA adapters of in_proj / out_proj (--lora-target-modules in_proj out_proj; TP 1)
   bool defined() const { return in_proj >= 0; }
   std::vector<int> all() const;
 };
 
-// `part` null: TP 1; else the parameters split over part->tp as above.
+// `part` null: TP 1; else the parameters split over part->tp as above. With c.lora.in_proj /
+// out_proj (TP 1 only: in_proj's six sections would need a split of their own) the projections
+// gain LoRA adapters under peft's names ("...in_proj.lora_A.default.weight"); the rest is frozen.
 GdnParamIds register_gdn_params(ParamBuffer& pb, const ModelConfig& c, int64_t layer,
                                 const ModelPartition* part = nullptr);
 
@@ -81,6 +85,7 @@ struct GdnWeights {
   float *g_conv_w = nullptr, *g_dt_bias = nullptr, *g_a_log = nullptr, *g_out_norm = nullptr;
   TpLinearComm tp;  // in_proj column-, out_proj row-parallel over tp.tp (null: TP 1, plain linears)
   MambaCpComm cp;   // the all-to-alls around the convolution and the recurrence (model/gdn_context_parallel.h; null group: CP 1)
+  LoraWeights lora_in, lora_out;  // in_proj's / out_proj's adapter (a null: none; model/lora.h)
 };
 GdnWeights gdn_weights(const ModelConfig& c, const ParamBuffer& pb, const GdnParamIds& w, SgemmFn gemm,
                        Bf16GemmFn bf16_gemm);
@@ -93,6 +98,7 @@ struct GdnSaved {
   Tensor o;         // [T, NV·DV] the recurrence's output
   Tensor rstd;      // [T, NV] the output norm's 1/rms per head
   Tensor normed;    // [T, NV·DV] out_proj's input (GEMM input type)
+  Tensor lora_in_u, lora_out_u;  // the adapters' x·Aᵀ (model/lora.h), when adapted
   bool defined() const { return u.defined(); }
 };
 

@@ -27,6 +27,8 @@ bool lora_targets(const LoraConfig& c, LoraTarget t) {
     case LoraTarget::kProj: return c.proj;
     case LoraTarget::kFc1: return c.fc1;
     case LoraTarget::kFc2: return c.fc2;
+    case LoraTarget::kInProj: return c.in_proj;
+    case LoraTarget::kOutProj: return c.out_proj;
   }
   return false;
 }

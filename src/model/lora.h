@@ -25,8 +25,9 @@
 
 namespace gale {
 
-// The four linears MindSpeed-LLM's --lora-target-modules names.
-enum class LoraTarget { kQkv, kProj, kFc1, kFc2 };
+// The four linears MindSpeed-LLM's --lora-target-modules names, and a Gated DeltaNet mixer's in_proj
+// and out_proj (Megatron-Core's module names).
+enum class LoraTarget { kQkv, kProj, kFc1, kFc2, kInProj, kOutProj };
 bool lora_targets(const LoraConfig& c, LoraTarget t);
 
 // Ids of one linear's adapter in the ParamBuffer (-1: not adapted).

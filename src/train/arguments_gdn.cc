@@ -1,5 +1,6 @@
 // Gated DeltaNet's flags (Megatron-Core names and defaults) and their checks.
 #include "train/arguments.h"
+#include "train/arguments_gdn.h"
 
 #include "core/log.h"
 
@@ -10,6 +11,10 @@ void add_gdn_args(ArgParser& p, ModelArgs& a) {
   p.add("--linear-attention-freq", &a.linear_attention_freq,
         "with --experimental-attention-variant gdn: an int N (every N-th layer keeps full attention, the others "
         "are Gated DeltaNet) or a list of one 0/1 per layer such as \"([1]*3+[0]*1)*2\" (1: Gated DeltaNet)");
+  add_gdn_size_args(p, a);
+}
+
+void add_gdn_size_args(ArgParser& p, ModelArgs& a) {
   p.add("--linear-conv-kernel-dim", &a.linear_conv_kernel_dim, "Gated DeltaNet's causal convolution width");
   p.add("--linear-key-head-dim", &a.linear_key_head_dim, "Gated DeltaNet's query and key head dimension");
   p.add("--linear-value-head-dim", &a.linear_value_head_dim, "Gated DeltaNet's value and gate head dimension");

@@ -189,9 +189,14 @@ Status validate_hybrid_args(const Arguments& a, const ArgParser& p) {
       return InvalidArgument("--linear-num-key-heads: expected a multiple of --tensor-model-parallel-size (", tp,
                              ": each rank holds 1/TP of the Gated DeltaNet heads of the 'G' layers), found ",
                              m.linear_num_key_heads);
-    if (par.context_parallel_size > 1)
-      return Unimplemented("--context-parallel-size ", par.context_parallel_size, " with Gated DeltaNet layers ('G') "
-                           "in --hybrid-override-pattern: not supported yet (expected 1)");
+    // Megatron-Core's GDN context parallelism (model/gdn_context_parallel.h) trades the sequence split
+    // for a split of each TP rank's heads: CP must divide NK/TP (and so NV/TP).
+    const int64_t cp = par.context_parallel_size;
+    if (cp > 1 && m.linear_num_key_heads % (tp * cp) != 0)
+      return InvalidArgument("--linear-num-key-heads: expected a multiple of --tensor-model-parallel-size × "
+                             "--context-parallel-size (", tp, " × ", cp, " = ", tp * cp,
+                             ": each rank holds 1/(TP·CP) of the Gated DeltaNet heads of the 'G' layers between the "
+                             "all-to-alls), found ", m.linear_num_key_heads);
   }
   // What the Mamba layers do not handle yet.
   GALE_RETURN_IF_ERROR(check_hybrid_moe_layers(layers, a.moe.enabled()));  // 'E' layers: train/arguments_hybrid_moe.cc

@@ -5,7 +5,8 @@ namespace gale {
 
 namespace {
 
-const char* const kLoraTargets[] = {"linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"};
+// MindSpeed-LLM's four, and Megatron-Core's GatedDeltaNet projections (self_attention.in_proj / out_proj).
+const char* const kLoraTargets[] = {"linear_qkv", "linear_proj", "linear_fc1", "linear_fc2", "in_proj", "out_proj"};
 
 }  // namespace
 
@@ -14,7 +15,8 @@ void add_lora_args(ArgParser& p, LoraArgs& a) {
   p.add("--lora-r", &a.lora_r, "LoRA rank r (MindSpeed-LLM default 16)");
   p.add("--lora-alpha", &a.lora_alpha, "LoRA alpha: the adapter's output is scaled by alpha / r (default 32)");
   p.add_list("--lora-target-modules", &a.lora_target_modules,
-             "linears that get LoRA adapters: linear_qkv linear_proj linear_fc1 linear_fc2; LoRA is on when given");
+             "linears that get LoRA adapters: linear_qkv linear_proj linear_fc1 linear_fc2, and in_proj out_proj (a "
+             "Gated DeltaNet model's GDN projections); LoRA is on when given");
   p.add("--lora-load", &a.lora_load,
         "checkpoint directory of the LoRA adapters (and their optimizer state) to resume from; gale convert merges it");
   p.add_unsupported("--lora-modules-to-save", "training whole modules next to the LoRA adapters");
@@ -31,11 +33,24 @@ Status validate_lora_args(Arguments& a, const ArgParser& p) {
     return InvalidArgument("--lora-r: expected a positive integer, found ", l.lora_r);
   if (l.lora_alpha <= 0) return InvalidArgument("--lora-alpha: expected a positive integer, found ", l.lora_alpha);
   for (const std::string& t : l.lora_target_modules) {
+    // Megatron-Core's GatedDeltaNet projections: a GDN model's only (a hybrid model takes no LoRA;
+    // Mamba's in_proj / out_proj are not adapted), at TP 1 and CP 1 (in_proj's six sections would
+    // need a split of their own).
+    if (t == "in_proj" || t == "out_proj") {
+      if (a.model.experimental_attention_variant != "gdn" && a.model.experimental_attention_variant != "gated_delta_net")
+        return InvalidArgument("--lora-target-modules ", t, ": expected a Gated DeltaNet model (--experimental-"
+                               "attention-variant gdn; the GDN mixer's projection), found none");
+      if (a.parallel.tensor_model_parallel_size > 1 || a.parallel.context_parallel_size > 1)
+        return Unimplemented("--lora-target-modules ", t, " with --tensor-model-parallel-size ",
+                             a.parallel.tensor_model_parallel_size, " and --context-parallel-size ",
+                             a.parallel.context_parallel_size, ": not supported yet (expected 1 and 1: the adapters "
+                             "of the Gated DeltaNet projections are not split)");
+    }
     bool known = false;
     for (const char* k : kLoraTargets) known = known || t == k;
     if (!known)
       return InvalidArgument("--lora-target-modules: expected linear_qkv, linear_proj, linear_fc1 or linear_fc2, found ",
-                             t);
+                             t, " (a Gated DeltaNet model also takes in_proj, out_proj)");
   }
   if (!l.enabled()) {
     if (!l.lora_load.empty()) return InvalidArgument("--lora-load needs --lora-target-modules (the adapted linears)");

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "ckpt/checkpoint_reader.h"
+#include "model/hybrid_layers.h"
 
 namespace gale {
 
@@ -106,6 +107,13 @@ nlohmann::json model_flags_json(const ModelArgs& m) {
     j["mamba_state_dim"] = m.mamba_state_dim;
     j["mamba_head_dim"] = m.mamba_head_dim;
     j["mamba_num_groups"] = m.mamba_num_groups;
+    if (m.hybrid_override_pattern.find(kHybridGatedDeltaNet) != std::string::npos) {  // 'G' layers' sizes
+      j["linear_conv_kernel_dim"] = m.linear_conv_kernel_dim;
+      j["linear_key_head_dim"] = m.linear_key_head_dim;
+      j["linear_value_head_dim"] = m.linear_value_head_dim;
+      j["linear_num_key_heads"] = m.linear_num_key_heads;
+      j["linear_num_value_heads"] = m.linear_num_value_heads;
+    }
   }
   if (m.experimental_attention_variant == "dsa") {  // absent: dense attention
     j["experimental_attention_variant"] = "dsa";
@@ -447,6 +455,24 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
     GALE_RETURN_IF_ERROR(get(args, "mamba_state_dim", where, &m.mamba_state_dim));
     GALE_RETURN_IF_ERROR(get(args, "mamba_head_dim", where, &m.mamba_head_dim));
     GALE_RETURN_IF_ERROR(get(args, "mamba_num_groups", where, &m.mamba_num_groups));
+    // Gated DeltaNet layers ('G'): their sizes, checked as the flags. Checkpoints saved before Gale
+    // recorded them cannot say how the layers were built: refused, naming the missing key.
+    if (m.hybrid_override_pattern.find(kHybridGatedDeltaNet) != std::string::npos) {
+      for (auto [key, dest] : {std::pair{"linear_conv_kernel_dim", &m.linear_conv_kernel_dim},
+                               std::pair{"linear_key_head_dim", &m.linear_key_head_dim},
+                               std::pair{"linear_value_head_dim", &m.linear_value_head_dim},
+                               std::pair{"linear_num_key_heads", &m.linear_num_key_heads},
+                               std::pair{"linear_num_value_heads", &m.linear_num_value_heads}}) {
+        if (!args.contains(key))
+          return InvalidArgument(where, ": args has no '", key, "' for the Gated DeltaNet layers ('G') of "
+                                 "hybrid_override_pattern '", m.hybrid_override_pattern, "' (a checkpoint saved "
+                                 "before Gale recorded their sizes); give the model flags without "
+                                 "--use-checkpoint-args");
+        GALE_RETURN_IF_ERROR(get(args, key, where, dest));
+      }
+      ArgParser none("checkpoint args", "");  // no flag given: validate_gdn_args checks the values only
+      if (Status s = validate_gdn_args(m, none); !s.ok()) return Status(s.code(), str_cat(where, ": args: ", s.message()));
+    }
   }
   // Heterogeneous layers (absent or null: none).
   if (auto it = args.find("heterogeneous_layers_config_encoded_json"); it != args.end() && !it->is_null())
@@ -539,6 +565,10 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
 
 Status refuse_variant_conversion(const ModelArgs& m, const std::string& where) {
   const std::string& v = m.experimental_attention_variant;
+  if (m.is_hybrid_model && m.hybrid_override_pattern.find(kHybridGatedDeltaNet) != std::string::npos)
+    return Unimplemented(where, ": a hybrid model with Gated DeltaNet layers ('G' in hybrid_override_pattern '",
+                         m.hybrid_override_pattern, "'): conversion to or from Megatron's and Hugging Face's formats "
+                         "is not supported yet (Megatron-Core splits the GDN in_proj per section over TP)");
   if (v != "gdn" && v != "dsa") return Status::Ok();
   if (v == "gdn")  // Hugging Face's Qwen3-Next converts both ways (train/hf_weights.h); Megatron's formats do not
     return Unimplemented(where, ": a Gated DeltaNet model (args 'experimental_attention_variant' \"gdn\"): conversion "

@@ -34,13 +34,15 @@ nlohmann::json model_flags_json(const ModelArgs& m);
 // A Gated DeltaNet model's args (experimental_attention_variant "gdn", linear_attention_freq an int
 // or the 0/1 list, the linear_* sizes) are checked as the flags are (validate_gdn_args); so are a
 // DeepSeek sparse attention model's ("dsa", the dsa_indexer_* sizes: validate_dsa_args and
-// check_dsa_model_args). Other variants are refused.
+// check_dsa_model_args). Other variants are refused. A hybrid model with Gated DeltaNet layers ('G' in
+// hybrid_override_pattern) records the linear_* sizes too; args without them (saved before Gale
+// recorded them) are InvalidArgument naming the missing key.
 StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::string& where);
 
 // Unimplemented for a Gated DeltaNet or a DeepSeek sparse attention model (`where`: the checkpoint
 // whose args `m` are): converting it to or from Megatron's formats (and, for DeepSeek sparse
 // attention, Hugging Face's; a Gated DeltaNet model is Hugging Face's Qwen3NextForCausalLM) is not
-// supported yet. Ok otherwise.
+// supported yet; so is a hybrid model with Gated DeltaNet layers ('G'), in every format. Ok otherwise.
 Status refuse_variant_conversion(const ModelArgs& m, const std::string& where);
 
 // The MoE flags that shape the model (num_experts, moe_router_topk, moe_ffn_hidden_size,

@@ -10,6 +10,7 @@
 #include "ckpt/model_checkpoint.h"
 #include "kernels/cpu/fused_ops.h"
 #include "model/hybrid_layers.h"
+#include "train/arguments_gdn.h"
 #include "train/checkpoint_args.h"
 #include "train/data_setup.h"
 #include "train/lora_merge.h"
@@ -33,6 +34,7 @@ Tensor InferenceModel::next_logits(std::span<const int32_t> ids, KvCache* cache)
 void add_inference_model_args(ArgParser& parser, Arguments& args) {
   add_model_args(parser, args.model);
   add_hybrid_args(parser, args.model);  // --is-hybrid-model: Mamba layers with their decoding state
+  add_gdn_size_args(parser, args.model);  // the sizes of a hybrid model's Gated DeltaNet layers ('G')
   add_moe_args(parser, args.moe);
   add_tokenizer_args(parser, args.tokenizer);
   add_lora_args(parser, args.lora);
@@ -68,21 +70,7 @@ Status check_hybrid_inference(const Arguments& args) {
     return Unimplemented("--is-hybrid-model with --lora-load: not supported yet (hybrid models train no LoRA adapters)");
   GALE_RETURN_IF_ERROR(check_hybrid_moe_layers(layers, args.moe.enabled()));
   if (m.multi_latent_attention) return Unimplemented("--is-hybrid-model with --multi-latent-attention: not supported yet");
-  if (layers.find(kHybridGatedDeltaNet) != std::string::npos)
-    return Unimplemented("a hybrid model with Gated DeltaNet layers ('G' in '", layers,
-                         "'): generation, evaluation and conversion are not supported yet (its checkpoint args do not "
-                         "restore the --linear-* sizes)");
   if (!m.noop_layers_flag.empty()) return Unimplemented("--is-hybrid-model with --noop-layers: not supported yet");
-  return Status::Ok();
-}
-
-// A Gated DeltaNet model (from the checkpoint's args: gale generate and evaluate have no flags for
-// it): what its inference does not do.
-Status check_gdn_inference(const Arguments& args) {
-  if (args.model.experimental_attention_variant != "gdn") return Status::Ok();
-  if (!args.lora.lora_load.empty())
-    return Unimplemented("--lora-load with a Gated DeltaNet model (--experimental-attention-variant gdn): not "
-                         "supported yet (GDN models train no LoRA adapters)");
   return Status::Ok();
 }
 
@@ -97,6 +85,7 @@ Status validate_inference_model_args(Arguments& args, const ArgParser& parser) {
   if (args.checkpoint.use_checkpoint_args) return Status::Ok();  // checked when the checkpoint is read
   GALE_RETURN_IF_ERROR(validate_model_args(args.model, parser));
   GALE_RETURN_IF_ERROR(validate_moe_args(args, parser));
+  GALE_RETURN_IF_ERROR(validate_gdn_args(args.model, parser));  // the --linear-* sizes need 'G' layers
   return check_hybrid_inference(args);
 }
 
@@ -120,7 +109,6 @@ StatusOr<std::unique_ptr<InferenceModel>> load_inference_model(Arguments& args, 
     GALE_ASSIGN_OR_RETURN(args.moe, moe_args_from_json(saved, where, args.model.num_layers));
   }
   GALE_RETURN_IF_ERROR(check_hybrid_inference(args));
-  GALE_RETURN_IF_ERROR(check_gdn_inference(args));
   GALE_ASSIGN_OR_RETURN(m->tokenizer, build_pretrain_tokenizer(args));
   if (!args.checkpoint.use_checkpoint_args)
     args.model.padded_vocab_size =

@@ -18,6 +18,8 @@ LoraConfig lora_config_of(const LoraArgs& a) {
     c.proj = c.proj || t == "linear_proj";
     c.fc1 = c.fc1 || t == "linear_fc1";
     c.fc2 = c.fc2 || t == "linear_fc2";
+    c.in_proj = c.in_proj || t == "in_proj";
+    c.out_proj = c.out_proj || t == "out_proj";
   }
   return c;
 }
@@ -31,6 +33,9 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 Status validate_lora_merge_args(const LoraArgs& a, const ArgParser& p) {
   Arguments args;  // one process, no MoE: only the LoRA flags' own checks apply
   args.lora = a;
+  // The model is the checkpoint's, not these flags': in_proj / out_proj pass the GDN-model rule here
+  // (the adapter checkpoint, whose recorded targets LoraMerge::open checks, comes from a GDN run).
+  args.model.experimental_attention_variant = "gdn";
   GALE_RETURN_IF_ERROR(validate_lora_args(args, p));
   if (a.enabled() && a.lora_load.empty())
     return InvalidArgument("--lora-target-modules needs --lora-load (the adapter checkpoint to merge)");
@@ -54,7 +59,8 @@ StatusOr<LoraMerge> LoraMerge::open(const LoraArgs& a) {
   LoraArgs saved;
   saved.lora_target_modules = args["lora_target_modules"].get<std::vector<std::string>>();
   const LoraConfig s = lora_config_of(saved);
-  if (c.qkv != s.qkv || c.proj != s.proj || c.fc1 != s.fc1 || c.fc2 != s.fc2)
+  if (c.qkv != s.qkv || c.proj != s.proj || c.fc1 != s.fc1 || c.fc2 != s.fc2 || c.in_proj != s.in_proj ||
+      c.out_proj != s.out_proj)
     return InvalidArgument("--lora-target-modules does not match the adapters in ", a.lora_load, " (",
                            args["lora_target_modules"].dump(), ")");
   return LoraMerge(std::move(r), c);
@@ -65,7 +71,9 @@ bool LoraMerge::adapts(const std::string& name) const {
   return (config_.qkv && ends_with(name, ".self_attention.linear_qkv.weight")) ||
          (config_.proj && ends_with(name, ".self_attention.linear_proj.weight")) ||
          (config_.fc1 && ends_with(name, ".mlp.linear_fc1.weight")) ||
-         (config_.fc2 && ends_with(name, ".mlp.linear_fc2.weight"));
+         (config_.fc2 && ends_with(name, ".mlp.linear_fc2.weight")) ||
+         (config_.in_proj && ends_with(name, ".self_attention.in_proj.weight")) ||  // Gated DeltaNet's
+         (config_.out_proj && ends_with(name, ".self_attention.out_proj.weight"));
 }
 
 Status LoraMerge::merge_into(const std::string& name, Tensor& w) const {

@@ -197,6 +197,8 @@ ModelConfig model_config_from_args(const Arguments& a) {
       c.lora.proj = c.lora.proj || t == "linear_proj";
       c.lora.fc1 = c.lora.fc1 || t == "linear_fc1";
       c.lora.fc2 = c.lora.fc2 || t == "linear_fc2";
+      c.lora.in_proj = c.lora.in_proj || t == "in_proj";  // a Gated DeltaNet mixer's projections
+      c.lora.out_proj = c.lora.out_proj || t == "out_proj";
     }
   }
   if (m.recompute_granularity == "full") {

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -125,7 +126,7 @@ TEST(GalePretrainGdn, SaveResumeContinuesTheRunExactly) {
 
 // `gale generate` and `gale evaluate` on a GDN checkpoint of `gale pretrain` (the model from its
 // args): greedy texts alone equal those of static and dynamic batching (each request's GDN states
-// in a slot), beam search and perplexity run; conversion and --lora-load are refused in one line.
+// in a slot), beam search and perplexity run; Hugging Face conversion without zero-centred norms is refused.
 TEST(GalePretrainGdn, GenerateAndEvaluateLoadTheCheckpoint) {
   const std::string dir = "/tmp/gale_gdn_infer_" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
@@ -174,16 +175,95 @@ TEST(GalePretrainGdn, GenerateAndEvaluateLoadTheCheckpoint) {
   ASSERT_EQ(ppl.exit_code, 0) << ppl.output;
   EXPECT_TRUE(std::regex_search(ppl.output, std::regex(R"(documents: 1 \| tokens: 12 \| lm loss: [0-9.E+-]+)")))
       << ppl.output;
-  const test::RunResult lora =
-      infer("generate", {"--prompt", "1 2", "--lora-load", dir + "/ckpt", "--lora-target-modules", "linear_fc1"});
-  EXPECT_NE(lora.exit_code, 0);
-  EXPECT_NE(lora.output.find("--lora-load with a Gated DeltaNet model (--experimental-attention-variant gdn): not "
-                             "supported yet"),
-            std::string::npos)
-      << lora.output;
   testing::expect_hf_conversion_refused(dir + "/ckpt", dir + "/hf",
                                         "a Gated DeltaNet model (--experimental-attention-variant gdn) is written as "
                                         "Qwen3NextForCausalLM only with zero-centred RMSNorm (--apply-layernorm-1p)");
+  std::filesystem::remove_all(dir);
+}
+
+// LoRA on a GDN model (MindSpeed-LLM's flags; adapters on the GDN mixers' in_proj / out_proj, the
+// attention layers' linear_qkv / linear_proj and every MLP: tests/model/gdn_lora_test.cc): a
+// fine-tuning run from a base checkpoint trains and saves the adapters only; with the four
+// MindSpeed-LLM linears TP 2 gives the one-process losses; gale generate / evaluate --lora-load merge
+// them at load (a perplexity other than the base's, the same with the flags repeated); the GDN
+// projections' adapters at TP 2 are refused in one line.
+TEST(GalePretrainGdn, LoraFineTuningSavesAdaptersThatGenerateAndEvaluateMerge) {
+  const std::string dir = "/tmp/gale_gdn_lora_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  const test::RunResult base =
+      run(1, {"--linear-attention-freq", "2", "--save", dir + "/base", "--save-interval", "4"}, "4");
+  ASSERT_EQ(base.exit_code, 0) << base.output;
+  const std::vector<std::string> lora = {"--lora-r", "4", "--lora-alpha", "8", "--lora-target-modules", "linear_qkv",
+                                         "linear_proj", "linear_fc1", "linear_fc2", "in_proj", "out_proj"};
+  const std::vector<std::string> lora4(lora.begin(), lora.end() - 2);  // without the GDN projections
+  std::vector<std::string> tune = {"--linear-attention-freq", "2", "--load", dir + "/base", "--finetune", "--save",
+                                   dir + "/lora", "--save-interval", "12"};
+  tune.insert(tune.end(), lora.begin(), lora.end());
+  const test::RunResult tuned = run(1, tune, "12");
+  ASSERT_EQ(tuned.exit_code, 0) << tuned.output;
+  const std::vector<double> lm = logged_values(tuned.output, "lm loss");
+  ASSERT_EQ(lm.size(), 12u) << tuned.output;
+  for (double l : lm) EXPECT_TRUE(std::isfinite(l)) << tuned.output;
+  // The four MindSpeed-LLM linears at TP 2 (the base resharded at load, the adapters split as the
+  // linears): one process's losses.
+  std::vector<std::string> tune1(tune.begin(), tune.begin() + 5);  // the model, --load, --finetune
+  tune1.insert(tune1.end(), lora4.begin(), lora4.end());
+  std::vector<std::string> tune_tp = tune1;
+  tune_tp.insert(tune_tp.end(), {"--tensor-model-parallel-size", "2", "--make-vocab-size-divisible-by", "64"});
+  const test::RunResult one = run(1, tune1, "6"), tp = run(2, tune_tp, "6");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  ASSERT_EQ(tp.exit_code, 0) << tp.output;
+  const std::vector<double> l1 = logged_values(one.output, "lm loss"), lt = logged_values(tp.output, "lm loss");
+  ASSERT_EQ(l1.size(), 6u) << one.output;
+  ASSERT_EQ(lt.size(), 6u) << tp.output;
+  for (size_t i = 0; i < lt.size(); ++i) EXPECT_NEAR(lt[i], l1[i], 1e-5 * l1[i]) << "TP 2, iteration " << i + 1;
+  // The adapter checkpoint holds lora_A / lora_B only: no GDN tensor.
+  const StatusOr<SafetensorsFile> shard = SafetensorsFile::open(dir + "/lora/iter_0000012/shard_00000.safetensors");
+  ASSERT_TRUE(shard.ok()) << shard.status().to_string();
+  EXPECT_TRUE(shard->contains("decoder.layers.0.mlp.linear_fc1.lora_A.default.weight"));
+  EXPECT_TRUE(shard->contains("decoder.layers.1.self_attention.linear_qkv.lora_B.default.weight"));
+  EXPECT_TRUE(shard->contains("decoder.layers.0.self_attention.in_proj.lora_A.default.weight"));
+  EXPECT_TRUE(shard->contains("decoder.layers.2.self_attention.out_proj.lora_B.default.weight"));
+  EXPECT_FALSE(shard->contains("decoder.layers.0.self_attention.in_proj.weight"));
+  auto infer = [&](const char* sub, std::vector<std::string> extra) {
+    return testing::infer_from_checkpoint(sub, dir + "/base", std::move(extra));
+  };
+  std::vector<std::string> with_lora = {"--lora-load", dir + "/lora"};
+  with_lora.insert(with_lora.end(), lora.begin(), lora.end());
+  auto plus = [](std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  const test::RunResult g =
+      infer("generate", plus({"--prompt", "17 5 9 9 30", "--temperature", "0", "--max-new-tokens", "8"}, with_lora));
+  ASSERT_EQ(g.exit_code, 0) << g.output;
+  EXPECT_NE(g.output.find("[5 prompt tokens, 8 generated"), std::string::npos) << g.output;
+  EXPECT_NE(g.output.find("\n17 5 9 9 30 "), std::string::npos) << g.output;
+  {
+    std::ofstream out(dir + "/docs.jsonl");
+    out << "{\"text\": \"5 9 11 2 40 7 33 1 8 8 60 21\"}\n";
+  }
+  const std::vector<std::string> ppl = {"--task", "ppl", "--task-data-path", dir + "/docs.jsonl"};
+  const std::regex loss(R"(\| lm loss: ([0-9.E+-]+) \|)");
+  auto ppl_of = [&](const std::vector<std::string>& extra) {
+    const test::RunResult e = infer("evaluate", plus(ppl, extra));
+    EXPECT_EQ(e.exit_code, 0) << e.output;
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(e.output, m, loss)) << e.output;
+    return m.empty() ? std::string() : m[1].str();
+  };
+  const std::string adapted = ppl_of(with_lora), again = ppl_of(with_lora), plain = ppl_of({});
+  EXPECT_FALSE(adapted.empty());
+  EXPECT_EQ(adapted, again);
+  EXPECT_NE(adapted, plain) << "the merged adapters change the model";
+  // The GDN projections' adapters under TP: refused, naming the module.
+  const test::RunResult in_proj = run(2, {"--linear-attention-freq", "2", "--lora-target-modules", "in_proj",
+                                          "--tensor-model-parallel-size", "2"}, "1");
+  EXPECT_NE(in_proj.exit_code, 0);
+  EXPECT_NE(in_proj.output.find("--lora-target-modules in_proj with --tensor-model-parallel-size 2 and "
+                                "--context-parallel-size 1: not supported yet"),
+            std::string::npos)
+      << in_proj.output;
   std::filesystem::remove_all(dir);
 }
 

@@ -94,12 +94,15 @@ TEST(HybridArguments, ContextParallelAccepted) {
   }
 }
 
-// 'G' layers with their flags: one process, and TP 2 with SP (2 key heads: one per rank) and PP 2.
+// 'G' layers with their flags: one process, TP 2 with SP (2 key heads: one per rank), PP 2, and
+// CP 2 (ring and all-gather; the 2 key heads split over cp).
 TEST(HybridArguments, GatedDeltaNetLayersAccepted) {
   for (const auto& [world, flags] : std::vector<std::pair<int64_t, std::vector<std::string>>>{
            {1, {}},
            {2, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}},
-           {2, {"--pipeline-model-parallel-size", "2"}}}) {
+           {2, {"--pipeline-model-parallel-size", "2"}},
+           {2, {"--context-parallel-size", "2"}},
+           {2, {"--context-parallel-size", "2", "--cp-comm-type", "allgather"}}}) {
     testing::PretrainCli cli;
     const Status s = cli.parse_minimal(hybrid_gdn(flags), world);
     EXPECT_TRUE(s.ok()) << world << ": " << s.to_string();
@@ -170,9 +173,13 @@ INSTANTIATE_TEST_SUITE_P(
                       2,
                       "--linear-num-key-heads: expected a multiple of --tensor-model-parallel-size (2: each rank "
                       "holds 1/TP of the Gated DeltaNet heads of the 'G' layers), found 1"},
-        FlagErrorCase{hybrid_gdn({"--context-parallel-size", "2"}), 2,
-                      "--context-parallel-size 2 with Gated DeltaNet layers ('G') in --hybrid-override-pattern: not "
-                      "supported yet (expected 1)"},
+        // CP splits each TP rank's 2 key heads: TP 2 × CP 2 needs 4.
+        FlagErrorCase{hybrid_gdn({"--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                  "--context-parallel-size", "2"}),
+                      4,
+                      "--linear-num-key-heads: expected a multiple of --tensor-model-parallel-size × "
+                      "--context-parallel-size (2 × 2 = 4: each rank holds 1/(TP·CP) of the Gated DeltaNet heads of "
+                      "the 'G' layers between the all-to-alls), found 2"},
         FlagErrorCase{hybrid_gdn({"--experimental-attention-variant", "gdn", "--linear-attention-freq", "2"}), 1,
                       "--experimental-attention-variant gdn with --is-hybrid-model: expected a hybrid model's Gated "
                       "DeltaNet layers as 'G' in --hybrid-override-pattern, found --experimental-attention-variant "

@@ -36,7 +36,11 @@ TEST(LoraArguments, ErrorsNameTheFlag) {
     std::string message;
   } cases[] = {
       {{"--lora-target-modules", "linear_qkv", "q_proj"}, 1,
-       "--lora-target-modules: expected linear_qkv, linear_proj, linear_fc1 or linear_fc2, found q_proj"},
+       "--lora-target-modules: expected linear_qkv, linear_proj, linear_fc1 or linear_fc2, found q_proj (a Gated "
+       "DeltaNet model also takes in_proj, out_proj)"},
+      {{"--lora-target-modules", "in_proj"}, 1,
+       "--lora-target-modules in_proj: expected a Gated DeltaNet model (--experimental-attention-variant gdn; the "
+       "GDN mixer's projection), found none"},
       {{"--lora-r", "-2"}, 1, "--lora-r: expected a positive integer, found -2"},
       {{"--lora-r", "0", "--lora-target-modules", "linear_qkv"}, 1, "--lora-r: expected a positive integer, found 0"},
       {{"--lora-alpha", "0", "--lora-target-modules", "linear_qkv"}, 1,
