@@ -104,21 +104,24 @@ std::vector<double> rows_of(const std::vector<double>& v, int64_t first, int64_t
   return std::vector<double>(v.begin() + first * S, v.begin() + (first + n) * S);
 }
 
-// Every parameter value of `from` into `to` (the same configuration and partition), then its GEMM copy.
+// Every parameter value of `from` into `to` (the same parameter names and local shapes; `to`
+// neither sharded nor split), its GEMM copy refreshed. `from`'s values must be whole on this rank
+// (not ZeRO-3's shards: the caller copies from the rollout model then); split storage
+// (--reuse-fp32-param) is merged.
 Status copy_weights(const GPTModel& from, GPTModel& to) {
   const ParamBuffer& a = from.params();
   ParamBuffer& b = to.params();
-  if (a.sharded() || b.sharded())
-    return Unimplemented("--perform-rl-step with sharded parameters (ZeRO-2/3, FSDP): not supported yet");
+  if (a.values_sharded() || b.sharded())
+    return Internal("the GRPO reference model's weights are copied from sharded parameters");
   if (a.size() != b.size()) return Internal("the GRPO reference model has ", b.size(), " parameters, the policy ", a.size());
   for (int id = 0; id < a.size(); ++id) {
     const int64_t n = a.spec(id).local_numel();
     if (b.spec(id).local_numel() != n || a.spec(id).name != b.spec(id).name)
       return Internal("the GRPO reference model's parameter ", b.spec(id).name, " differs from the policy's ",
                       a.spec(id).name);
-    std::copy_n(a.param_data(id), n, b.param_data(id));
+    const Tensor v = a.param_values(id);
+    b.set_param_values(id, v.data<float>());
   }
-  b.refresh_gemm_copy();
   return Status::Ok();
 }
 
@@ -134,8 +137,16 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
                 const Tokenizer& tokenizer, const RlEnvironment& env, TrainerState* state, const GrpoSaveFn& save) {
   if (engine.chunks.size() != 1) return Unimplemented("--perform-rl-step with virtual pipeline stages: not supported yet");
   GPTModel& policy = *engine.chunks.front();
+  // Rollouts and evaluation samples come from the policy itself or, at TP, PP or CP > 1 and under
+  // ZeRO-2/3 and FSDP, its whole-model copy refit before each use (train/grpo_refit.h).
+  GrpoRolloutModel rollout_model(policy, engine.ps.world(), &engine.ops);
   const std::string& pretrained = args.checkpoint.pretrained_checkpoint;
-  if (pretrained.empty()) {
+  if (pretrained.empty() && policy.params().sharded()) {
+    // ZeRO-2/3, FSDP (data parallelism only: the reference's partition is the whole model's): the
+    // shards gathered into the rollout copy, and from it into the reference.
+    GALE_RETURN_IF_ERROR(rollout_model.refit());
+    GALE_RETURN_IF_ERROR(copy_weights(rollout_model.model(), reference));
+  } else if (pretrained.empty()) {
     GALE_RETURN_IF_ERROR(copy_weights(policy, reference));
   } else {  // Megatron: the reference weights come from --pretrained-checkpoint
     GALE_RETURN_IF_ERROR(load_model_weights("--pretrained-checkpoint", pretrained, {&reference}, "GRPO reference model"));
@@ -187,9 +198,6 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
   auto whole_logprobs = [&](const GPTModel::LossSums& sums, const std::vector<int32_t>& pos) {
     return grpo_whole_logprobs(sums, mbs, S, pos, cp);
   };
-  // Rollouts and evaluation samples come from the policy itself or, at TP > 1, its whole-model copy
-  // refit before each use (train/grpo_refit.h).
-  GrpoRolloutModel rollout_model(policy, engine.ps.world(), &engine.ops);
   // Megatron's RL evaluation: at each --eval-interval and after training, when --eval-iters > 0.
   auto evaluate = [&](int64_t iteration) -> Status {
     GALE_RETURN_IF_ERROR(rollout_model.refit());

@@ -10,10 +10,27 @@
 
 namespace gale {
 
+void write_held_values(const ParamBuffer& from, int id, float* whole) {
+  const ParamSpec& a = from.spec(id);
+  if (!from.values_sharded()) {
+    const Tensor local = from.param_values(id);  // split storage (--reuse-fp32-param) merged
+    const float* v = local.data<float>();
+    for (int64_t i = 0; i < a.local_numel(); ++i) whole[a.global_index(i)] = v[i];
+    return;
+  }
+  // ZeRO-3 / FSDP: this rank's shard of the parameter's unit (possibly none of the parameter).
+  const int u = from.unit_of(id);
+  const ParamUnit& x = from.unit(u);
+  const int64_t lo = std::max(x.own_begin, a.offset), hi = std::min(x.own_end, a.offset + a.local_numel());
+  const float* shard = from.shard_values(u) + (lo - x.own_begin);
+  for (int64_t f = lo; f < hi; ++f) whole[a.global_index(f - a.offset)] = shard[f - lo];
+}
+
 GrpoRolloutModel::GrpoRolloutModel(GPTModel& policy, const Comm& world, const OpTable* ops)
     : policy_(policy), world_(world) {
   const ModelPartition& part = policy.partition();
-  if (part.tp_size() > 1 || part.cp_size() > 1 || !part.pre_process || !part.post_process)
+  if (part.tp_size() > 1 || part.cp_size() > 1 || !part.pre_process || !part.post_process ||
+      policy.params().sharded())
     copy_ = std::make_unique<GPTModel>(policy.config(), single_process_partition(policy.config()), ops);
 }
 
@@ -21,7 +38,6 @@ Status GrpoRolloutModel::refit() {
   if (!copy_) return Status::Ok();
   const ParamBuffer& from = policy_.params();
   ParamBuffer& to = copy_->params();
-  if (from.sharded()) return Unimplemented("--perform-rl-step with sharded parameters (ZeRO-3, FSDP): not supported yet");
   std::map<std::string, int> held;  // the policy's parameters by their whole-model names
   for (int id = 0; id < from.size(); ++id) held[from.spec(id).whole_model_name()] = id;
   constexpr float kUnwritten = -std::numeric_limits<float>::infinity();
@@ -32,8 +48,7 @@ Status GrpoRolloutModel::refit() {
       const ParamSpec& a = from.spec(it->second);
       if (a.global_shape != b.global_shape)
         return Internal("the GRPO rollout model's parameter ", b.name, " has another shape than the policy's");
-      const float* local = from.param_data(it->second);
-      for (int64_t i = 0; i < a.local_numel(); ++i) whole[static_cast<size_t>(a.global_index(i))] = local[i];
+      write_held_values(from, it->second, whole.data());
     }
     // Every holder of an element holds the same value (replicas are equal): the maximum is it.
     world_->all_reduce(whole.data(), static_cast<int64_t>(whole.size()), DType::kF32, ReduceOp::kMax);

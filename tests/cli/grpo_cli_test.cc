@@ -193,6 +193,38 @@ TEST(GalePretrainGrpo, TensorPipelineAndContextParallelReproduceOneProcess) {
   }
 }
 
+// Sharded state at DP 2: the distributed optimizer (ZeRO-1), ZeRO-2 (--use-custom-fsdp optim_grads: gradients and optimizer state
+// sharded), ZeRO-3 (optim_grads_params: values too) and PyTorch FSDP2 (ZeRO-3 with its own units):
+// the rollouts and the evaluation come from a whole-model copy refit from the shards (an all-gather),
+// the reference model is that copy's weights, and every collection, evaluation and logged value is
+// the one process's (untied embeddings: FSDP2 needs them).
+TEST(GalePretrainGrpo, ShardedParametersReproduceOneProcess) {
+  TempDir dir;
+  const std::string env = write_env(dir);
+  std::vector<std::string> flags =
+      rl(env, {"--train-iters", "4", "--global-batch-size", "8", "--grpo-iterations", "2", "--eval-iters", "1",
+               "--eval-interval", "2", "--rl-prompts-per-eval", "2", "--untie-embeddings-and-output-weights"});
+  flags.erase(flags.begin());  // the binary
+  const test::RunResult one = run_layout(flags, {}, 1);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const std::vector<std::string> collections = lines_with(one.output, "> GRPO collection at iteration");
+  ASSERT_EQ(collections.size(), 2u) << one.output;
+  const std::vector<std::string> evals = lines_with(one.output, "_eval_mean_");
+  ASSERT_EQ(evals.size(), 9u) << one.output;
+  for (const std::vector<std::string>& layout :
+       {std::vector<std::string>{"--use-distributed-optimizer"},
+        std::vector<std::string>{"--use-custom-fsdp", "--data-parallel-sharding-strategy", "optim_grads"},
+        std::vector<std::string>{"--use-custom-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params"},
+        std::vector<std::string>{"--use-torch-fsdp2"}}) {
+    const std::string name = layout.back();
+    const test::RunResult two = run_layout(flags, layout, 2);
+    ASSERT_EQ(two.exit_code, 0) << name << two.output;
+    EXPECT_EQ(collections, lines_with(two.output, "> GRPO collection at iteration")) << name;
+    EXPECT_EQ(evals, lines_with(two.output, "_eval_mean_")) << name;
+    expect_same_logged_values(one, two, {"grad norm", "rl/entropy_term", "rl/pi_over_pi_old", "rl/kl_term"}, name);
+  }
+}
+
 // A MoE policy (4 experts, top-2, aux and z losses): expert parallelism 2 (the EP ranks decode the rollouts
 // in lockstep through the experts' all-to-all), TP 2 + SP and TP 2 + SP with EP 2 (ETP 1; the whole-model
 // copy holds every expert, gathered over EP) reproduce one process, the log line carries Megatron's load_balancing_loss and z_loss entries, and
