@@ -168,6 +168,7 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
   lo.kl_beta = g.grpo_kl_beta;
   lo.entropy_weight = g.grpo_entropy_term_weight;
   lo.is_truncation_coef = g.rl_importance_sampling_truncation_coef;
+  lo.per_token_loss = t.calculate_per_token_loss;
   const bool is_correction = g.rl_inference_logprobs_is_correction;
   if (lo.is_truncation_coef > 0.0 && !is_correction)  // Megatron applies the coefficient only with the correction
     warn_rank0("--rl-importance-sampling-truncation-coef: no effect without --rl-inference-logprobs-is-correction");
@@ -259,7 +260,10 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
     start_grad_sync_iteration(engine, num_mb);
     const float saved_scale = policy.grad_scale();
     GradScaler* scaler = engine.grad_scaler.get();  // --fp16: the loss scale in every backward
-    policy.set_grad_scale((scaler ? scaler->scale() : 1.0f) / static_cast<float>(num_mb));
+    // --calculate-per-token-loss: each micro-batch's masked sum, divided by the global batch's tokens
+    // in finalize_model_grads; else the token mean averaged over the micro-batches.
+    policy.set_grad_scale((scaler ? scaler->scale() : 1.0f) /
+                          (lo.per_token_loss ? 1.0f : static_cast<float>(num_mb)));
     double sums[kTerms + 1] = {};  // loss, kl, ratio, entropy, above, below, tokens (the loss stage's)
     auto local_batch = [&](int64_t m) { return (k * num_mb + m) % local_batches; };
     std::map<int64_t, std::vector<int32_t>> positions;  // each micro-batch's positions on this cp rank
@@ -285,7 +289,7 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
     };
     GALE_RETURN_IF_ERROR(run_schedule({&policy}, num_mb, source, /*forward_only=*/false, grpo_loss).status());
     policy.set_grad_scale(saved_scale);
-    finalize_model_grads(engine);
+    finalize_model_grads(engine, lo.per_token_loss ? std::optional<double>(sums[kTerms]) : std::nullopt);
     engine.ps.dp()->all_reduce(sums, kTerms + 1, DType::kF64, ReduceOp::kSum);
     if (engine.ps.pp_size() > 1)  // every stage learns the loss stage's sums (the log and its NaN checks)
       engine.ps.pp()->broadcast(sums, kTerms + 1, DType::kF64, engine.loss_pipeline_rank());

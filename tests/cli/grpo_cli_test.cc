@@ -225,6 +225,44 @@ TEST(GalePretrainGrpo, ShardedParametersReproduceOneProcess) {
   }
 }
 
+// --calculate-per-token-loss (Megatron's schedule keeps each micro-batch's masked sum and
+// finalize_model_grads divides the gradients by the global batch's tokens): every token weighs the
+// same however the rows are cut, so micro-batches of 2 train as the whole global batch in one
+// micro-batch (where the token mean is the same loss) on one process and at DP 2, PP 2 (the count
+// broadcast from the loss stage) and CP 2; without it micro-batches of 2 average their token means.
+TEST(GalePretrainGrpo, PerTokenLossIsIndependentOfTheMicroBatches) {
+  TempDir dir;
+  const std::string env = write_env(dir);
+  std::vector<std::string> flags = rl(env, {"--train-iters", "4", "--global-batch-size", "8", "--grpo-iterations", "2"});
+  flags.erase(flags.begin());  // the binary
+  const test::RunResult whole = run_layout(flags, {"--micro-batch-size", "8"}, 1);
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const test::RunResult mean = run_layout(flags, {}, 1);
+  ASSERT_EQ(mean.exit_code, 0) << mean.output;
+  const std::vector<double> a = logged_values(whole.output, "grad norm"), b = logged_values(mean.output, "grad norm");
+  ASSERT_EQ(a.size(), 4u) << whole.output;
+  ASSERT_EQ(b.size(), 4u) << mean.output;
+  EXPECT_GT(std::abs(a[0] - b[0]), 1e-3) << "micro-batches of unequal token counts weigh their tokens unequally";
+  for (const std::vector<std::string>& layout :
+       {std::vector<std::string>{}, std::vector<std::string>{"--micro-batch-size", "8"},
+        std::vector<std::string>{"--pipeline-model-parallel-size", "2"},
+        std::vector<std::string>{"--context-parallel-size", "2"}}) {
+    std::vector<std::string> l = layout;
+    l.push_back("--calculate-per-token-loss");
+    const bool one = layout.empty() || layout[0] == "--micro-batch-size";
+    const test::RunResult r = run_layout(flags, l, one ? 1 : 2);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    expect_same_logged_values(whole, r, {"grad norm", "lm loss", "rl/entropy_term", "rl/pi_over_pi_old", "rl/kl_term"},
+                              layout.empty() ? "mbs 2" : layout[0]);
+  }
+  // ... and at DP 2.
+  std::vector<std::string> dp = flags;
+  dp.push_back("--calculate-per-token-loss");
+  const test::RunResult r = run_layout(dp, {}, 2);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_same_logged_values(whole, r, {"grad norm", "lm loss", "rl/kl_term"}, "DP 2");
+}
+
 // A MoE policy (4 experts, top-2, aux and z losses): expert parallelism 2 (the EP ranks decode the rollouts
 // in lockstep through the experts' all-to-all), TP 2 + SP and TP 2 + SP with EP 2 (ETP 1; the whole-model
 // copy holds every expert, gathered over EP) reproduce one process, the log line carries Megatron's load_balancing_loss and z_loss entries, and
