@@ -352,7 +352,11 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
     }
     const int64_t save_interval = args.checkpoint.save_interval;
     const bool last = state->iteration == train_iters;
-    if (save && ((save_interval != kUnset && save_interval > 0 && state->iteration % save_interval == 0) || last)) {
+    // --exit-interval (a multiple of the iterations per collection): Megatron saves (unless this
+    // iteration just did) and exits, without the evaluation after training.
+    const bool exit_now = t.exit_interval != kUnset && t.exit_interval > 0 && state->iteration % t.exit_interval == 0;
+    if (save && ((save_interval != kUnset && save_interval > 0 && state->iteration % save_interval == 0) || last ||
+                 exit_now)) {
       const double save_start = now_seconds();
       GALE_RETURN_IF_ERROR(save(*state));
       interval_start += now_seconds() - save_start;  // as Megatron, the save is not iteration time
@@ -361,6 +365,10 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
       const double eval_start = now_seconds();
       GALE_RETURN_IF_ERROR(evaluate(state->iteration));
       interval_start += now_seconds() - eval_start;
+    }
+    if (exit_now) {
+      print_datetime(str_cat("exiting program at iteration ", state->iteration));
+      return Status::Ok();
     }
   }
   if (do_valid) GALE_RETURN_IF_ERROR(evaluate(state->iteration));  // Megatron's evaluation after training

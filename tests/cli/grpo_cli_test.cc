@@ -382,6 +382,37 @@ TEST(GalePretrainGrpo, ResumesAtACollectionBoundary) {
   EXPECT_EQ(collections, lines_with(part2.output, "> GRPO collection at iteration 8:"));
 }
 
+// --exit-interval 4 (a collection boundary): the run saves and exits after iteration 4, as the
+// uninterrupted run trained to there and without the evaluation after training (Megatron exits
+// from the loop); resumed with --load, it trains iterations 5-8 as the uninterrupted run (the
+// reference model from --pretrained-checkpoint in all of them, as a resumed run needs).
+TEST(GalePretrainGrpo, ExitIntervalSavesAndExitsAtACollectionBoundary) {
+  TempDir dir;
+  const std::string env = write_env(dir);
+  const std::string ckpt = dir.file("ckpt"), pretrained = dir.file("pretrained");
+  const test::RunResult first = gale(rl(env, {"--train-iters", "4", "--save", pretrained, "--save-interval", "4"}));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  auto run = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), {"--train-iters", "8", "--eval-iters", "1", "--eval-interval", "8",
+                               "--rl-prompts-per-eval", "2", "--pretrained-checkpoint", pretrained});
+    return gale(rl(env, extra));
+  };
+  const test::RunResult straight = run({});
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  const test::RunResult exited = run({"--exit-interval", "4", "--save", ckpt, "--save-interval", "8"});
+  ASSERT_EQ(exited.exit_code, 0) << exited.output;
+  EXPECT_NE(exited.output.find("[exiting program at iteration 4] datetime:"), std::string::npos) << exited.output;
+  EXPECT_EQ(testing::read_file(ckpt + "/latest_checkpointed_iteration.txt"), "4");
+  EXPECT_TRUE(lines_with(exited.output, "_eval_mean_").empty()) << exited.output;
+  const std::vector<std::string> all = lines_with(straight.output, "| consumed samples:");
+  ASSERT_EQ(all.size(), 8u) << straight.output;
+  EXPECT_EQ(std::vector<std::string>(all.begin(), all.begin() + 4), lines_with(exited.output, "| consumed samples:"));
+  const test::RunResult resumed = run({"--load", ckpt});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_EQ(std::vector<std::string>(all.begin() + 4, all.end()), lines_with(resumed.output, "| consumed samples:"));
+  EXPECT_EQ(lines_with(straight.output, "_eval_mean_"), lines_with(resumed.output, "_eval_mean_"));
+}
+
 // --rl-inference-logprobs-is-correction: the sampler's log-probabilities equal π_old's up to float
 // rounding (the same policy, KV cache against a full forward), so the weight is about 1 and the run
 // follows the plain one; --rl-importance-sampling-truncation-coef 0.5 caps every weight at 0.5, which
@@ -484,7 +515,9 @@ TEST(GalePretrainGrpo, Refusals) {
                      "--save-interval: expected a multiple of --grpo-iterations x (--grpo-prompts-per-step x "
                      "--grpo-group-size / --global-batch-size) = 4 (a checkpoint falls between rollout collections), "
                      "found 6");
-  expect_usage_error(rl(env, {"--exit-interval", "4"}), "--perform-rl-step with --exit-interval: not supported yet");
+  expect_usage_error(rl(env, {"--exit-interval", "6"}),
+                     "--exit-interval: expected a multiple of --grpo-iterations x (--grpo-prompts-per-step x "
+                     "--grpo-group-size / --global-batch-size) = 4 (the run exits between rollout collections), found 6");
   expect_usage_error(rl(env, {"--rl-default-top-p", "1.5"}), "--rl-default-top-p: expected a number in [0, 1], found 1.5");
   expect_usage_error(rl(env, {"--rl-importance-sampling-truncation-coef", "0"}),
                      "--rl-importance-sampling-truncation-coef: expected a positive number, found 0");
