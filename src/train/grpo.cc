@@ -134,7 +134,8 @@ std::string fixed(double v, int digits) {
 }  // namespace
 
 Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTModel& reference,
-                const Tokenizer& tokenizer, const RlEnvironment& env, TrainerState* state, const GrpoSaveFn& save) {
+                const Tokenizer& tokenizer, const RlEnvironment& env, TrainerState* state, const GrpoSaves& saves) {
+  const GrpoSaveFn& save = saves.save;
   if (engine.chunks.size() != 1) return Unimplemented("--perform-rl-step with virtual pipeline stages: not supported yet");
   GPTModel& policy = *engine.chunks.front();
   // Rollouts and evaluation samples come from the policy itself or, at TP, PP or CP > 1 and under
@@ -224,6 +225,7 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
   int64_t advanced = 0, skipped = 0, nan_iters = 0, iters_in_interval = 0;
   double interval_start = now_seconds();
   while (state->iteration < train_iters) {
+    if (saves.finalize) GALE_RETURN_IF_ERROR(saves.finalize(/*blocking=*/false));  // --async-save
     if (collected_at < 0 || state->iteration - collected_at == steps_per_collection) {
       collected_at = state->iteration;
       GALE_RETURN_IF_ERROR(rollout_model.refit());
@@ -355,11 +357,17 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
     // --exit-interval (a multiple of the iterations per collection): Megatron saves (unless this
     // iteration just did) and exits, without the evaluation after training.
     const bool exit_now = t.exit_interval != kUnset && t.exit_interval > 0 && state->iteration % t.exit_interval == 0;
+    const int64_t non_persistent_interval = args.checkpoint.non_persistent_save_interval;
     if (save && ((save_interval != kUnset && save_interval > 0 && state->iteration % save_interval == 0) || last ||
                  exit_now)) {
       const double save_start = now_seconds();
       GALE_RETURN_IF_ERROR(save(*state));
       interval_start += now_seconds() - save_start;  // as Megatron, the save is not iteration time
+    } else if (saves.non_persistent && non_persistent_interval != kUnset && non_persistent_interval > 0 &&
+               state->iteration % non_persistent_interval == 0) {
+      const double save_start = now_seconds();
+      GALE_RETURN_IF_ERROR(saves.non_persistent(*state));
+      interval_start += now_seconds() - save_start;
     }
     if (do_valid && l.eval_interval > 0 && state->iteration % l.eval_interval == 0) {
       const double eval_start = now_seconds();
@@ -368,15 +376,16 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
     }
     if (exit_now) {
       print_datetime(str_cat("exiting program at iteration ", state->iteration));
-      return Status::Ok();
+      return saves.finalize ? saves.finalize(/*blocking=*/true) : Status::Ok();
     }
   }
+  if (saves.finalize) GALE_RETURN_IF_ERROR(saves.finalize(/*blocking=*/true));  // --async-save
   if (do_valid) GALE_RETURN_IF_ERROR(evaluate(state->iteration));  // Megatron's evaluation after training
   return Status::Ok();
 }
 
 Status run_grpo_training(const Arguments& args, const GrpoArgs& g, Engine& engine, const Tokenizer& tokenizer,
-                         TrainerState* state, const GrpoSaveFn& save) {
+                         TrainerState* state, const GrpoSaves& saves) {
   GALE_ASSIGN_OR_RETURN(const RlEnvironment env, load_rl_environment(g.langrl_env_config));
   print_rank0(str_cat(" > --langrl-env-config ", g.langrl_env_config, ": environment ", env.kind, ", ",
                       env.prompts.size(), " prompts from ", env.data_path));
@@ -386,7 +395,7 @@ Status run_grpo_training(const Arguments& args, const GrpoArgs& g, Engine& engin
   config.lora = LoraConfig{};
   config.reuse_fp32_param = false;  // never stepped
   GPTModel reference(config, policy.partition(), &engine.ops);
-  return run_grpo(args, g, engine, reference, tokenizer, env, state, save);
+  return run_grpo(args, g, engine, reference, tokenizer, env, state, saves);
 }
 
 }  // namespace gale

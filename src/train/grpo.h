@@ -84,20 +84,29 @@ GrpoMicroBatchLoss grpo_forward_backward(GPTModel& policy, const MicroBatch& mb,
 
 // Saves a checkpoint of the run at `state` (the pretrain driver's save_checkpoint).
 using GrpoSaveFn = std::function<Status(const TrainerState&)>;
+// The loop's checkpointing (the pretrain driver's; each may be null): `save` at every
+// --save-interval, at --exit-interval (unless just saved) and at the end; `non_persistent`
+// (--non-persistent-save-interval, a multiple of the iterations per collection) where `save` did not
+// save, as Megatron's checkpoint_and_decide_exit; `finalize` (--async-save: Megatron's
+// maybe_finalize_async_save, collective) not blocking before each iteration, blocking at the end.
+struct GrpoSaves {
+  GrpoSaveFn save, non_persistent;
+  std::function<Status(bool blocking)> finalize;
+};
 
-// The loop (header comment) until --train-iters; `state` advances as the trainer's. The reference
-// model has the policy's configuration and partition; its weights are read from
-// --pretrained-checkpoint when given (Megatron's reference), else copied from the policy now (the
-// --load or initial model). With `save`, a checkpoint at every --save-interval (a multiple of the
-// iterations per collection) and at the end; a run resumed from one collects at once, at the
-// iteration it resumes, what the uninterrupted run collected there.
+// The loop (header comment) until --train-iters (or --exit-interval); `state` advances as the
+// trainer's. The reference model has the policy's configuration and partition; its weights are read
+// from --pretrained-checkpoint when given (Megatron's reference), else copied from the policy now
+// (the --load or initial model). `saves` (GrpoSaves): checkpoints at collection boundaries (every
+// interval a multiple of the iterations per collection); a run resumed from one collects at once,
+// at the iteration it resumes, what the uninterrupted run collected there.
 Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTModel& reference,
                 const Tokenizer& tokenizer, const RlEnvironment& env, TrainerState* state,
-                const GrpoSaveFn& save = nullptr);
+                const GrpoSaves& saves = {});
 
 // `gale pretrain --perform-rl-step` after the engine's setup and --load: loads --langrl-env-config,
 // builds the frozen reference model (the policy's configuration without LoRA) and runs run_grpo.
 Status run_grpo_training(const Arguments& args, const GrpoArgs& g, Engine& engine, const Tokenizer& tokenizer,
-                         TrainerState* state, const GrpoSaveFn& save);
+                         TrainerState* state, const GrpoSaves& saves);
 
 }  // namespace gale

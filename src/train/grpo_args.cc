@@ -153,8 +153,12 @@ Status validate_grpo_args(const GrpoArgs& g, const Arguments& a, const ArgParser
     return InvalidArgument("--exit-interval: expected a multiple of --grpo-iterations x (--grpo-prompts-per-step x "
                            "--grpo-group-size / --global-batch-size) = ", per_collection,
                            " (the run exits between rollout collections), found ", a.training.exit_interval);
-  if (a.checkpoint.async_save) return refuse("--async-save");
-  if (a.checkpoint.non_persistent_save_interval != kUnset) return refuse("--non-persistent-save-interval");
+  if (!a.checkpoint.save.empty() && a.checkpoint.non_persistent_save_interval != kUnset &&
+      a.checkpoint.non_persistent_save_interval % per_collection != 0)
+    return InvalidArgument("--non-persistent-save-interval: expected a multiple of --grpo-iterations x "
+                           "(--grpo-prompts-per-step x --grpo-group-size / --global-batch-size) = ", per_collection,
+                           " (a checkpoint falls between rollout collections), found ",
+                           a.checkpoint.non_persistent_save_interval);
   return Status::Ok();
 }
 

@@ -413,6 +413,37 @@ TEST(GalePretrainGrpo, ExitIntervalSavesAndExitsAtACollectionBoundary) {
   EXPECT_EQ(lines_with(straight.output, "_eval_mean_"), lines_with(resumed.output, "_eval_mean_"));
 }
 
+// --async-save with --non-persistent-save-interval 4 (global): the run trains as the one without
+// checkpoints, the non-persistent checkpoint falls at the collection boundary (iteration 4) and the
+// persistent one at the end, both finalised (their trackers written); resumed from the non-persistent
+// one, the run trains iterations 5-8 as the uninterrupted run.
+TEST(GalePretrainGrpo, AsyncAndNonPersistentSavesResumeAtACollectionBoundary) {
+  TempDir dir;
+  const std::string env = write_env(dir);
+  const std::string ckpt = dir.file("ckpt"), pretrained = dir.file("pretrained");
+  const test::RunResult first = gale(rl(env, {"--train-iters", "4", "--save", pretrained, "--save-interval", "4"}));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  auto run = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), {"--train-iters", "8", "--pretrained-checkpoint", pretrained});
+    return gale(rl(env, extra));
+  };
+  const test::RunResult straight = run({});
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  const test::RunResult saved = run({"--save", ckpt, "--save-interval", "8", "--non-persistent-save-interval", "4",
+                                     "--non-persistent-ckpt-type", "global", "--async-save"});
+  ASSERT_EQ(saved.exit_code, 0) << saved.output;
+  const std::vector<std::string> all = lines_with(straight.output, "| consumed samples:");
+  ASSERT_EQ(all.size(), 8u) << straight.output;
+  EXPECT_EQ(all, lines_with(saved.output, "| consumed samples:"));
+  EXPECT_NE(saved.output.find("saving checkpoint at iteration       4 to " + ckpt + "/non_persistent"),
+            std::string::npos) << saved.output;
+  EXPECT_EQ(testing::read_file(ckpt + "/non_persistent/latest_checkpointed_iteration.txt"), "4");
+  EXPECT_EQ(testing::read_file(ckpt + "/latest_checkpointed_iteration.txt"), "8");
+  const test::RunResult resumed = run({"--load", ckpt + "/non_persistent"});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_EQ(std::vector<std::string>(all.begin() + 4, all.end()), lines_with(resumed.output, "| consumed samples:"));
+}
+
 // --rl-inference-logprobs-is-correction: the sampler's log-probabilities equal π_old's up to float
 // rounding (the same policy, KV cache against a full forward), so the weight is about 1 and the run
 // follows the plain one; --rl-importance-sampling-truncation-coef 0.5 caps every weight at 0.5, which
@@ -518,6 +549,11 @@ TEST(GalePretrainGrpo, Refusals) {
   expect_usage_error(rl(env, {"--exit-interval", "6"}),
                      "--exit-interval: expected a multiple of --grpo-iterations x (--grpo-prompts-per-step x "
                      "--grpo-group-size / --global-batch-size) = 4 (the run exits between rollout collections), found 6");
+  expect_usage_error(rl(env, {"--save", dir.file("ckpt"), "--save-interval", "8", "--non-persistent-save-interval", "2",
+                              "--non-persistent-ckpt-type", "global"}),
+                     "--non-persistent-save-interval: expected a multiple of --grpo-iterations x "
+                     "(--grpo-prompts-per-step x --grpo-group-size / --global-batch-size) = 4 (a checkpoint falls "
+                     "between rollout collections), found 2");
   expect_usage_error(rl(env, {"--rl-default-top-p", "1.5"}), "--rl-default-top-p: expected a number in [0, 1], found 1.5");
   expect_usage_error(rl(env, {"--rl-importance-sampling-truncation-coef", "0"}),
                      "--rl-importance-sampling-truncation-coef: expected a positive number, found 0");
