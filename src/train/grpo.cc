@@ -15,6 +15,7 @@
 #include "train/grad_sync.h"
 #include "train/grpo_eval.h"
 #include "train/grpo_refit.h"
+#include "train/model_setup.h"
 #include "train/training_log.h"
 
 namespace gale {
@@ -173,7 +174,7 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
   const bool is_correction = g.rl_inference_logprobs_is_correction;
   if (lo.is_truncation_coef > 0.0 && !is_correction)  // Megatron applies the coefficient only with the correction
     warn_rank0("--rl-importance-sampling-truncation-coef: no effect without --rl-inference-logprobs-is-correction");
-  const int64_t train_iters = t.train_iters;
+  const int64_t train_iters = train_iters_from_args(args);  // --train-iters, or --train-samples // gbs
   const LoggingArgs& l = args.logging;
 
   // The layout's schedule (no pipelining, or 1F1B over the pipeline ranks) with GRPO's per-micro-batch

@@ -444,6 +444,23 @@ TEST(GalePretrainGrpo, AsyncAndNonPersistentSavesResumeAtACollectionBoundary) {
   EXPECT_EQ(std::vector<std::string>(all.begin() + 4, all.end()), lines_with(resumed.output, "| consumed samples:"));
 }
 
+// --train-samples 24 at --global-batch-size 4 (Megatron's update_train_iters: 24 // 4 = 6 iterations,
+// the learning rate decayed over 24 samples) trains as --train-iters 6.
+TEST(GalePretrainGrpo, TrainSamplesTrainsAsTheEquivalentIterations) {
+  TempDir dir;
+  const std::string env = write_env(dir);
+  const test::RunResult iters = gale(rl(env, {}));
+  ASSERT_EQ(iters.exit_code, 0) << iters.output;
+  std::vector<std::string> argv = rl(env, {"--train-samples", "24"});
+  const auto it = std::find(argv.begin(), argv.end(), "--train-iters");
+  argv.erase(it, it + 2);
+  const test::RunResult samples = gale(argv);
+  ASSERT_EQ(samples.exit_code, 0) << samples.output;
+  const std::vector<std::string> lines = lines_with(iters.output, "| consumed samples:");
+  ASSERT_EQ(lines.size(), 6u) << iters.output;
+  EXPECT_EQ(lines, lines_with(samples.output, "| consumed samples:"));
+}
+
 // --rl-inference-logprobs-is-correction: the sampler's log-probabilities equal π_old's up to float
 // rounding (the same policy, KV cache against a full forward), so the weight is about 1 and the run
 // follows the plain one; --rl-importance-sampling-truncation-coef 0.5 caps every weight at 0.5, which
