@@ -135,7 +135,6 @@ Status validate_grpo_args(const GrpoArgs& g, const Arguments& a, const ArgParser
   if (a.dpo.enabled()) return refuse("--stage dpo");
   if (a.qad.qad_enable) return refuse("--qad-enable");
   if (!a.training.rampup_batch_size.empty()) return refuse("--rampup-batch-size");
-  if (a.training.reuse_fp32_param) return refuse("--reuse-fp32-param");
   if (par.overlap_param_gather)  // the rollouts' decoding forwards would not wait for the gathered parameters
     return refuse("--overlap-param-gather");
   if (!a.data.data_path.empty() || !a.data.data_args_path.empty() || !a.data.train_data_path.empty())

@@ -30,8 +30,11 @@ GrpoRolloutModel::GrpoRolloutModel(GPTModel& policy, const Comm& world, const Op
     : policy_(policy), world_(world) {
   const ModelPartition& part = policy.partition();
   if (part.tp_size() > 1 || part.cp_size() > 1 || !part.pre_process || !part.post_process ||
-      policy.params().sharded())
-    copy_ = std::make_unique<GPTModel>(policy.config(), single_process_partition(policy.config()), ops);
+      policy.params().sharded()) {
+    ModelConfig config = policy.config();
+    config.reuse_fp32_param = false;  // never stepped: plain f32 values and their GEMM copy (the same bf16)
+    copy_ = std::make_unique<GPTModel>(config, single_process_partition(config), ops);
+  }
 }
 
 Status GrpoRolloutModel::refit() {
@@ -54,9 +57,8 @@ Status GrpoRolloutModel::refit() {
     world_->all_reduce(whole.data(), static_cast<int64_t>(whole.size()), DType::kF32, ReduceOp::kMax);
     if (std::find(whole.begin(), whole.end(), kUnwritten) != whole.end())
       return Internal("no rank of the policy holds all of ", b.name, " of the GRPO rollout model");
-    std::copy(whole.begin(), whole.end(), to.param_data(id));
+    to.set_param_values(id, whole.data());  // and its GEMM copy
   }
-  to.refresh_gemm_copy();
   return Status::Ok();
 }
 

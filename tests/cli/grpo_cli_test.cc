@@ -461,6 +461,27 @@ TEST(GalePretrainGrpo, TrainSamplesTrainsAsTheEquivalentIterations) {
   EXPECT_EQ(lines, lines_with(samples.output, "| consumed samples:"));
 }
 
+// --bf16 --reuse-fp32-param (MindSpeed: the f32 masters stored as their bf16 copy + a residual, bit
+// for bit): GRPO trains as --bf16 alone, on one process (the policy generates from its split storage)
+// and at PP 2 (the whole-model copy refit from the merged values).
+TEST(GalePretrainGrpo, ReuseFp32ParamTrainsAsBf16) {
+  TempDir dir;
+  const std::string env = write_env(dir);
+  std::vector<std::string> flags = rl(env, {"--train-iters", "4", "--global-batch-size", "8", "--bf16"});
+  flags.erase(flags.begin());  // the binary
+  const test::RunResult bf16 = run_layout(flags, {}, 1);
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.output;
+  const std::vector<std::string> lines = lines_with(bf16.output, "| consumed samples:");
+  ASSERT_EQ(lines.size(), 4u) << bf16.output;
+  const test::RunResult reuse = run_layout(flags, {"--reuse-fp32-param"}, 1);
+  ASSERT_EQ(reuse.exit_code, 0) << reuse.output;
+  EXPECT_EQ(lines, lines_with(reuse.output, "| consumed samples:"));
+  const test::RunResult pp = run_layout(flags, {"--reuse-fp32-param", "--pipeline-model-parallel-size", "2"}, 2);
+  ASSERT_EQ(pp.exit_code, 0) << pp.output;
+  EXPECT_EQ(lines_with(bf16.output, "> GRPO collection"), lines_with(pp.output, "> GRPO collection"));
+  expect_same_logged_values(bf16, pp, {"grad norm", "rl/entropy_term", "rl/pi_over_pi_old", "rl/kl_term"}, "PP 2");
+}
+
 // --rl-inference-logprobs-is-correction: the sampler's log-probabilities equal π_old's up to float
 // rounding (the same policy, KV cache against a full forward), so the weight is about 1 and the run
 // follows the plain one; --rl-importance-sampling-truncation-coef 0.5 caps every weight at 0.5, which
