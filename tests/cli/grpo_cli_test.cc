@@ -592,6 +592,11 @@ TEST(GalePretrainGrpo, Refusals) {
                      "--non-persistent-save-interval: expected a multiple of --grpo-iterations x "
                      "(--grpo-prompts-per-step x --grpo-group-size / --global-batch-size) = 4 (a checkpoint falls "
                      "between rollout collections), found 2");
+  std::vector<std::string> rampup = rl(env, {"--rampup-batch-size", "2", "2", "8", "--train-samples", "48"});
+  rampup.erase(std::find(rampup.begin(), rampup.end(), "--train-iters"), std::find(rampup.begin(), rampup.end(), "--train-iters") + 2);
+  expect_usage_error(rampup,
+                     "--perform-rl-step with --rampup-batch-size: not supported (Megatron's RL cuts each collection "
+                     "into whole --global-batch-size batches; a ramping batch size does not)");
   expect_usage_error(rl(env, {"--rl-default-top-p", "1.5"}), "--rl-default-top-p: expected a number in [0, 1], found 1.5");
   expect_usage_error(rl(env, {"--rl-importance-sampling-truncation-coef", "0"}),
                      "--rl-importance-sampling-truncation-coef: expected a positive number, found 0");
