@@ -202,8 +202,15 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
     return grpo_whole_logprobs(sums, mbs, S, pos, cp);
   };
   // Megatron's RL evaluation: at each --eval-interval and after training, when --eval-iters > 0.
+  // --overlap-param-gather: the distributed optimizer's all-gathers of the stepped parameters are
+  // still pending after optimizer_step; a refit reads the parameters outside any forward (whose
+  // hooks would wait), so they complete first. (The policy's own decoding forwards wait in their hooks.)
+  auto refit = [&]() -> Status {
+    finish_param_sync(engine);
+    return rollout_model.refit();
+  };
   auto evaluate = [&](int64_t iteration) -> Status {
-    GALE_RETURN_IF_ERROR(rollout_model.refit());
+    GALE_RETURN_IF_ERROR(refit());
     GALE_ASSIGN_OR_RETURN(const GrpoEvaluation e, evaluate_grpo(rollout_model.model(), tokenizer, env, g, S,
                                                                 static_cast<uint64_t>(t.seed), iteration));
     print_rank_last(str_cat(" > GRPO evaluation at iteration ", iteration, ": ", e.prompts, " prompts x ",
@@ -229,7 +236,7 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
     if (saves.finalize) GALE_RETURN_IF_ERROR(saves.finalize(/*blocking=*/false));  // --async-save
     if (collected_at < 0 || state->iteration - collected_at == steps_per_collection) {
       collected_at = state->iteration;
-      GALE_RETURN_IF_ERROR(rollout_model.refit());
+      GALE_RETURN_IF_ERROR(refit());
       GALE_ASSIGN_OR_RETURN(rollouts, collect_grpo_rollouts(rollout_model.model(), tokenizer, env, g, S,
                                                             static_cast<uint64_t>(t.seed), collected_at));
       GALE_RETURN_IF_ERROR(check_same_rollouts(rollouts.tokens, engine.ps.world()));

@@ -137,8 +137,6 @@ Status validate_grpo_args(const GrpoArgs& g, const Arguments& a, const ArgParser
   if (!a.training.rampup_batch_size.empty())  // Megatron's RL iterator cuts collections by args.global_batch_size
     return Unimplemented("--perform-rl-step with --rampup-batch-size: not supported (Megatron's RL cuts each "
                          "collection into whole --global-batch-size batches; a ramping batch size does not)");
-  if (par.overlap_param_gather)  // the rollouts' decoding forwards would not wait for the gathered parameters
-    return refuse("--overlap-param-gather");
   if (!a.data.data_path.empty() || !a.data.data_args_path.empty() || !a.data.train_data_path.empty())
     return InvalidArgument("--data-path with --perform-rl-step: expected none (the prompts come from "
                            "--langrl-env-config)");

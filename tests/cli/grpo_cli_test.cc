@@ -263,6 +263,36 @@ TEST(GalePretrainGrpo, PerTokenLossIsIndependentOfTheMicroBatches) {
   expect_same_logged_values(whole, r, {"grad norm", "lm loss", "rl/kl_term"}, "DP 2");
 }
 
+// --overlap-param-gather with the distributed optimizer: the stepped parameters' all-gathers are
+// still pending when the next collection starts; the rollouts must see them. DP 2 (the policy
+// generates: its decoding forwards wait in their hooks) and TP 2 x DP 2 (the whole-model copy is refit
+// after the pending gathers complete) train as the same layouts without the overlap, evaluations
+// included, over two collections.
+TEST(GalePretrainGrpo, OverlapParamGatherRolloutsSeeTheGatheredParameters) {
+  TempDir dir;
+  const std::string env = write_env(dir);
+  std::vector<std::string> flags =
+      rl(env, {"--train-iters", "8", "--eval-iters", "1", "--eval-interval", "4", "--rl-prompts-per-eval", "2",
+               "--make-vocab-size-divisible-by", "8", "--use-distributed-optimizer"});
+  flags.erase(flags.begin());  // the binary
+  for (const std::vector<std::string>& layout :
+       {std::vector<std::string>{}, std::vector<std::string>{"--tensor-model-parallel-size", "2"}}) {
+    const int np = layout.empty() ? 2 : 4;
+    const std::string name = layout.empty() ? "DP 2" : "TP 2 x DP 2";
+    const test::RunResult plain = run_layout(flags, layout, np);
+    ASSERT_EQ(plain.exit_code, 0) << plain.output;
+    const std::vector<std::string> collections = lines_with(plain.output, "> GRPO collection at iteration");
+    ASSERT_EQ(collections.size(), 2u) << plain.output;
+    std::vector<std::string> overlap = layout;
+    overlap.insert(overlap.end(), {"--overlap-param-gather", "--overlap-grad-reduce"});
+    const test::RunResult r = run_layout(flags, overlap, np);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(collections, lines_with(r.output, "> GRPO collection at iteration")) << name;
+    EXPECT_EQ(lines_with(plain.output, "_eval_mean_"), lines_with(r.output, "_eval_mean_")) << name;
+    expect_same_logged_values(plain, r, {"grad norm", "rl/entropy_term", "rl/pi_over_pi_old"}, name);
+  }
+}
+
 // A MoE policy (4 experts, top-2, aux and z losses): expert parallelism 2 (the EP ranks decode the rollouts
 // in lockstep through the experts' all-to-all), TP 2 + SP and TP 2 + SP with EP 2 (ETP 1; the whole-model
 // copy holds every expert, gathered over EP) reproduce one process, the log line carries Megatron's load_balancing_loss and z_loss entries, and
