@@ -9,6 +9,7 @@
 #include "core/check.h"
 #include "core/log.h"
 #include "model/context_parallel.h"
+#include "model/lora.h"
 #include "parallel/context_split.h"
 #include "schedule/schedules.h"
 #include "train/checkpointing.h"
@@ -105,24 +106,50 @@ std::vector<double> rows_of(const std::vector<double>& v, int64_t first, int64_t
   return std::vector<double>(v.begin() + first * S, v.begin() + (first + n) * S);
 }
 
-// Every parameter value of `from` into `to` (the same parameter names and local shapes; `to`
-// neither sharded nor split), its GEMM copy refreshed. `from`'s values must be whole on this rank
-// (not ZeRO-3's shards: the caller copies from the rollout model then); split storage
-// (--reuse-fp32-param) is merged.
+// Every parameter value of `from` into `to` (`to` has `from`'s parameters by name and local shape,
+// less LoRA adapters; neither sharded nor split), its GEMM copy refreshed. `from`'s values must be
+// whole on this rank (not ZeRO-3's shards: the caller copies from the rollout model then); split
+// storage (--reuse-fp32-param) is merged; a LoRA-adapted weight is copied merged, W + s·B·A (each
+// rank its shards: B split like W's output rows, A like its input columns, model/lora.h).
 Status copy_weights(const GPTModel& from, GPTModel& to) {
   const ParamBuffer& a = from.params();
   ParamBuffer& b = to.params();
   if (a.values_sharded() || b.sharded())
     return Internal("the GRPO reference model's weights are copied from sharded parameters");
-  if (a.size() != b.size()) return Internal("the GRPO reference model has ", b.size(), " parameters, the policy ", a.size());
-  for (int id = 0; id < a.size(); ++id) {
-    const int64_t n = a.spec(id).local_numel();
-    if (b.spec(id).local_numel() != n || a.spec(id).name != b.spec(id).name)
-      return Internal("the GRPO reference model's parameter ", b.spec(id).name, " differs from the policy's ",
-                      a.spec(id).name);
-    const Tensor v = a.param_values(id);
-    b.set_param_values(id, v.data<float>());
+  const LoraConfig& lora = from.config().lora;
+  int adapters = 0;
+  for (int id = 0; id < b.size(); ++id) {
+    const ParamSpec& sb = b.spec(id);
+    const int ia = a.find(sb.name);
+    if (ia < 0 || a.spec(ia).local_numel() != sb.local_numel())
+      return Internal("the GRPO reference model's parameter ", sb.name, " differs from the policy's");
+    const Tensor v = a.param_values(ia);
+    const std::string suffix = ".weight";
+    const bool weight = sb.name.size() > suffix.size() &&
+                        sb.name.compare(sb.name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    const int la = lora.enabled() && weight ? a.find(lora_a_name(sb.name)) : -1;
+    if (la < 0) {
+      b.set_param_values(id, v.data<float>());
+      continue;
+    }
+    const int lb = a.find(lora_b_name(sb.name));
+    const Shape sa = a.spec(la).local_shape(), sbb = a.spec(lb).local_shape();
+    Tensor w = v.clone();
+    LoraWeights l;
+    l.a = a.param_data(la);
+    l.b = a.param_data(lb);
+    l.r = sa[0];
+    l.in = sa[1];
+    l.out = sbb[0];
+    l.scaling = lora.scaling();
+    GALE_CHECK_EQ(l.out * l.in, sb.local_numel());
+    lora_merge(w.data<float>(), l);
+    b.set_param_values(id, w.data<float>());
+    adapters += 2;
   }
+  if (a.size() != b.size() + adapters)
+    return Internal("the GRPO reference model has ", b.size(), " parameters, the policy ", a.size(), " (", adapters,
+                    " LoRA adapter factors)");
   return Status::Ok();
 }
 

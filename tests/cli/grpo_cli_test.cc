@@ -512,6 +512,43 @@ TEST(GalePretrainGrpo, ReuseFp32ParamTrainsAsBf16) {
   expect_same_logged_values(bf16, pp, {"grad norm", "rl/entropy_term", "rl/pi_over_pi_old", "rl/kl_term"}, "PP 2");
 }
 
+// A LoRA policy (adapters on all four linears; the base frozen): DP 2 and TP 2 (the whole-model
+// copy holds the adapters, refit from their shards) train as one process; resumed from trained
+// adapters (--lora-load), the reference is the policy with its adapters merged (W + s·B·A), so the
+// first iteration's KL is 0 up to rounding (the unmerged base would be far from it).
+TEST(GalePretrainGrpo, LoraPolicyTrainsItsAdapters) {
+  TempDir dir;
+  const std::string env = write_env(dir);
+  std::vector<std::string> flags =
+      rl(env, {"--lora-target-modules", "linear_qkv", "linear_proj", "linear_fc1", "linear_fc2", "--lora-r", "4",
+               "--lora-alpha", "8", "--lr-decay-style", "constant", "--make-vocab-size-divisible-by", "8",
+               "--train-iters", "4", "--global-batch-size", "8"});
+  flags.erase(flags.begin());  // the binary
+  const std::string adapters = dir.file("adapters");
+  const test::RunResult one = run_layout(flags, {"--save", adapters, "--save-interval", "4"}, 1);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  ASSERT_EQ(lines_with(one.output, "| consumed samples:").size(), 4u) << one.output;
+  for (const std::vector<std::string>& layout :
+       {std::vector<std::string>{}, std::vector<std::string>{"--tensor-model-parallel-size", "2"}}) {
+    const std::string name = layout.empty() ? "DP 2" : "TP 2";
+    const test::RunResult two = run_layout(flags, layout, 2);
+    ASSERT_EQ(two.exit_code, 0) << two.output;
+    EXPECT_EQ(lines_with(one.output, "> GRPO collection"), lines_with(two.output, "> GRPO collection")) << name;
+    expect_same_logged_values(one, two, {"grad norm", "rl/entropy_term", "rl/pi_over_pi_old", "rl/kl_term"}, name);
+  }
+  std::vector<std::string> resume = flags;
+  resume.insert(resume.end(), {"--train-iters", "8", "--lora-load", adapters});
+  const test::RunResult resumed = run_layout(resume, {}, 1);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const std::vector<std::string> log = lines_with(resumed.output, "| consumed samples:");
+  ASSERT_EQ(log.size(), 4u) << resumed.output;
+  EXPECT_NE(log[0].find("iteration        5/"), std::string::npos) << log[0];
+  const std::vector<double> kl = logged_values(resumed.output, "rl/kl_term");
+  ASSERT_FALSE(kl.empty()) << resumed.output;
+  if (log[0].find("rl/kl_term") != std::string::npos) EXPECT_LT(kl[0], 1e-10) << log[0];
+  EXPECT_GT(kl.back(), 1e-6) << "the adapters moved away from the reference";
+}
+
 // --rl-inference-logprobs-is-correction: the sampler's log-probabilities equal π_old's up to float
 // rounding (the same policy, KV cache against a full forward), so the weight is about 1 and the run
 // follows the plain one; --rl-importance-sampling-truncation-coef 0.5 caps every weight at 0.5, which
