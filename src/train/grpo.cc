@@ -42,6 +42,11 @@ MicroBatch grpo_micro_batch(const GrpoRollouts& rollouts, int64_t first, int64_t
   return mb;
 }
 
+void grpo_mtp_loss_mask(MicroBatch* mb) {
+  for (int64_t b = 0; b < mb->B; ++b)
+    for (int64_t s = 0; s < mb->S; ++s) mb->loss_mask[b * mb->S + s] = s + 1 < mb->S ? 1.0f : 0.0f;
+}
+
 std::vector<double> grpo_token_logprobs(GPTModel& model, const MicroBatch& mb) {
   model.set_num_microbatches(0);
   GPTModel::LossSums sums;
@@ -255,6 +260,10 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
   // MoE: the interval's sums of each iteration's load-balancing losses by kind, then the z-loss
   // (Megatron's track_moe_metrics entries, averaged as the trainer's).
   const int64_t moe_layers = policy.config().num_moe_layers();
+  // --mtp-num-layers: the interval's sums of each iteration's MTP losses (means over the micro-batches
+  // and the data-parallel ranks, as the trainer's "mtp_k loss").
+  const int64_t mtp_layers = args.model.mtp_num_layers == kUnset ? 0 : args.model.mtp_num_layers;
+  std::vector<double> mtp_interval(static_cast<size_t>(mtp_layers), 0.0);
   constexpr int kMoeTerms = kMoeAuxKinds + 1;
   double moe_interval[kMoeTerms] = {};
   int64_t advanced = 0, skipped = 0, nan_iters = 0, iters_in_interval = 0;
@@ -306,7 +315,9 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
     std::map<int64_t, std::vector<int32_t>> positions;  // each micro-batch's positions on this cp rank
     auto source = [&](int64_t m, MicroBatch* mb) {
       const int64_t first = dp_rank * local_rows + local_batch(m) * mbs;
-      return cp_slice(grpo_micro_batch(rollouts, first, mbs, pad, collected_at * R + first), mb, &positions[m]);
+      MicroBatch whole = grpo_micro_batch(rollouts, first, mbs, pad, collected_at * R + first);
+      if (mtp_layers > 0) grpo_mtp_loss_mask(&whole);  // the MTP losses' mask (no CP with MTP)
+      return cp_slice(std::move(whole), mb, &positions[m]);
     };
     // On the loss stage, after each micro-batch's training forward: its GRPO loss from the forward's
     // per-token losses, the loss mask scaled by its gradient, backward from scale 1.
@@ -339,6 +350,14 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
       engine.ps.dp()->all_reduce(moe, kMoeTerms, DType::kF64, ReduceOp::kSum);
       for (double& v : moe) v /= static_cast<double>(num_mb * dp * moe_layers);
     }
+    std::vector<double> mtp(static_cast<size_t>(mtp_layers), 0.0);
+    if (mtp_layers > 0) {
+      const std::vector<double> l = policy.take_mtp_losses();  // the last stage's; the others add zeros
+      for (size_t i = 0; i < l.size() && i < mtp.size(); ++i) mtp[i] = l[i];
+      if (engine.ps.pp_size() > 1) engine.ps.pp()->all_reduce(mtp.data(), mtp_layers, DType::kF64, ReduceOp::kSum);
+      engine.ps.dp()->all_reduce(mtp.data(), mtp_layers, DType::kF64, ReduceOp::kSum);
+      for (double& v : mtp) v /= static_cast<double>(num_mb * dp);
+    }
     LrScheduler& scheduler = *engine.scheduler;
     const StepResult step = optimizer_step(engine, scheduler.lr(), scheduler.weight_decay(), l.log_num_zeros_in_grad,
                                            scaler ? scaler->inv_scale() : 1.0f);
@@ -352,6 +371,7 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
       ++advanced;
       for (int i = 0; i < kTerms; ++i) interval[i] += sums[i] / sums[kTerms];
       for (int i = 0; i < kMoeTerms; ++i) moe_interval[i] += moe[i];
+      for (size_t i = 0; i < mtp.size(); ++i) mtp_interval[i] += mtp[i];
     } else {
       ++skipped;
       if (!scaler && !std::isfinite(step.grad_norm)) ++nan_iters;  // an overflow is the loss scaler's signal
@@ -375,6 +395,7 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
           f.load_balancing_losses.emplace_back(kMoeAuxLossNames[kind], moe_interval[kind] / n);
         f.z_loss = moe_interval[kMoeAuxKinds] / n;
       }
+      for (double v : mtp_interval) f.mtp_losses.push_back(v / n);
       f.grad_norm = step.grad_norm;
       f.has_grad_norm = step.applied || !scaler;  // Megatron's fp16 optimizer returns none for a skipped step
       if (scaler) f.loss_scale = scaler->scale();  // as Megatron logs it: after the update
@@ -384,6 +405,7 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, GPTMod
       print_rank_last(format_training_log_line(f));
       std::fill(interval, interval + kTerms, 0.0);
       std::fill(moe_interval, moe_interval + kMoeTerms, 0.0);
+      std::fill(mtp_interval.begin(), mtp_interval.end(), 0.0);
       advanced = skipped = nan_iters = iters_in_interval = 0;
       interval_start = now_seconds();
     }

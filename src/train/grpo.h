@@ -51,6 +51,12 @@ namespace gale {
 // position's label the pad token, masked), the loss mask, positions 0..S-1, sample ids `id0 + i`.
 MicroBatch grpo_micro_batch(const GrpoRollouts& rollouts, int64_t first, int64_t n, int32_t pad, int64_t id0);
 
+// --mtp-num-layers: Megatron's RL training forward passes no labels and no loss mask, so its MTP
+// losses (process_mtp_loss) take the labels from the tokens and every position whose rolled label
+// exists. Makes `mb`'s loss mask that: 1 but at each row's last position (whose label is the pad).
+// The GRPO policy term keeps the rollouts' mask through its per-token weights (zero elsewhere).
+void grpo_mtp_loss_mask(MicroBatch* mb);
+
 // log p(label) of every position of `mb` [B, S] from an evaluation forward of `model` (nothing kept).
 std::vector<double> grpo_token_logprobs(GPTModel& model, const MicroBatch& mb);
 

@@ -130,7 +130,6 @@ Status validate_grpo_args(const GrpoArgs& g, const Arguments& a, const ArgParser
     return refuse("virtual pipeline stages (--num-layers-per-virtual-pipeline-stage)");
   if (par.adaptive_cp) return refuse("--context-parallel-algo adaptive_cp_algo / hybrid_adaptive_cp_algo");
   if (par.dist_train) return refuse("--dist-train");
-  if (a.model.mtp_num_layers != kUnset && a.model.mtp_num_layers > 0) return refuse("--mtp-num-layers");
   if (a.dpo.enabled()) return refuse("--stage dpo");
   if (a.qad.qad_enable) return refuse("--qad-enable");
   if (!a.training.rampup_batch_size.empty())  // Megatron's RL iterator cuts collections by args.global_batch_size

@@ -549,6 +549,41 @@ TEST(GalePretrainGrpo, LoraPolicyTrainsItsAdapters) {
   EXPECT_GT(kl.back(), 1e-6) << "the adapters moved away from the reference";
 }
 
+// An MTP policy (--mtp-num-layers 1): as Megatron's RL forward (no labels, no loss mask) the MTP loss
+// over every position with a rolled label joins the GRPO loss, scaled by --mtp-loss-scaling-factor,
+// and is logged as "mtp_1 loss". Factor 0 trains as the policy without MTP layers (their loss
+// logged, no gradient); factor 0.3 moves the gradient, and DP 2 and PP 2 (the MTP layer on the last
+// stage) reproduce one process.
+TEST(GalePretrainGrpo, MtpPolicyAddsTheMtpLoss) {
+  TempDir dir;
+  const std::string env = write_env(dir);
+  std::vector<std::string> flags = rl(env, {"--train-iters", "4", "--global-batch-size", "8"});
+  flags.erase(flags.begin());  // the binary
+  const test::RunResult plain = run_layout(flags, {}, 1);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  const test::RunResult zero = run_layout(flags, {"--mtp-num-layers", "1", "--mtp-loss-scaling-factor", "0"}, 1);
+  ASSERT_EQ(zero.exit_code, 0) << zero.output;
+  expect_same_logged_values(plain, zero, {"grad norm", "rl/entropy_term", "rl/pi_over_pi_old", "rl/kl_term"}, "factor 0");
+  const std::vector<double> mtp0 = logged_values(zero.output, "mtp_1 loss");
+  ASSERT_EQ(mtp0.size(), 4u) << zero.output;
+  for (double v : mtp0) EXPECT_GT(v, 1.0);  // cross-entropy over a padded vocabulary of 128 at start: about ln 128
+  std::vector<std::string> mtp = {"--mtp-num-layers", "1", "--mtp-loss-scaling-factor", "0.3"};
+  const test::RunResult one = run_layout(flags, mtp, 1);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_NEAR(logged_values(one.output, "mtp_1 loss").at(0), mtp0[0], 1e-6);  // the same first forward
+  EXPECT_GT(std::abs(logged_values(one.output, "grad norm").at(0) - logged_values(plain.output, "grad norm").at(0)), 1e-2);
+  for (const std::vector<std::string>& layout :
+       {std::vector<std::string>{}, std::vector<std::string>{"--pipeline-model-parallel-size", "2"}}) {
+    std::vector<std::string> l = mtp;
+    l.insert(l.end(), layout.begin(), layout.end());
+    const std::string name = layout.empty() ? "DP 2" : "PP 2";
+    const test::RunResult two = run_layout(flags, l, 2);
+    ASSERT_EQ(two.exit_code, 0) << two.output;
+    EXPECT_EQ(lines_with(one.output, "> GRPO collection"), lines_with(two.output, "> GRPO collection")) << name;
+    expect_same_logged_values(one, two, {"grad norm", "mtp_1 loss", "rl/pi_over_pi_old", "rl/kl_term"}, name);
+  }
+}
+
 // --rl-inference-logprobs-is-correction: the sampler's log-probabilities equal π_old's up to float
 // rounding (the same policy, KV cache against a full forward), so the weight is about 1 and the run
 // follows the plain one; --rl-importance-sampling-truncation-coef 0.5 caps every weight at 0.5, which
