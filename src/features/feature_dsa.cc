@@ -79,7 +79,9 @@ class DsaFeature : public Feature {
            "layers --linear-attention-freq selects (--linear-conv-kernel-dim, --linear-key-head-dim, "
            "--linear-value-head-dim, --linear-num-key-heads, --linear-num-value-heads); needs --swiglu and RMSNorm; "
            "TP/SP split the heads; generate/evaluate/batched serving with per-sequence GDN decoding states; "
-           "CP as Megatron-Core's (TP×CP divides --linear-num-key-heads); no MLA, LoRA, MTP, Megatron-format "
+           "CP as Megatron-Core's (TP×CP divides --linear-num-key-heads); MTP (--mtp-num-layers) when the last "
+           "decoder layer is full attention, with speculative decoding (--num-speculative-tokens) rolling the GDN "
+           "states back; no MLA, LoRA, Megatron-format "
            "conversion; gale convert imports and exports Hugging Face Qwen3NextForCausalLM; gdn2 not "
            "supported yet (a hybrid model's GDN layers are the 'G' layers of --hybrid-override-pattern, sized by the "
            "same --linear-* flags). "
@@ -167,9 +169,7 @@ class DsaFeature : public Feature {
       return Unimplemented("--experimental-attention-variant gdn with --lora-target-modules: not supported yet "
                            "(GDN layers have no linear_qkv / linear_proj)");
     if (p.tp_2d) return Unimplemented("--experimental-attention-variant gdn with --tp-2d: not supported yet");
-    if (a.model.mtp_num_layers != kUnset && a.model.mtp_num_layers > 0)
-      return Unimplemented("--experimental-attention-variant gdn with --mtp-num-layers ", a.model.mtp_num_layers,
-                           ": not supported yet");
+    // --mtp-num-layers: train/arguments_gdn.cc (the last decoder layer must be a full-attention layer).
     return Status::Ok();
   }
 

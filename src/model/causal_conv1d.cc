@@ -40,6 +40,19 @@ void causal_conv1d_forward_sequences(const float* x, int64_t x_stride, const flo
   // Each state ← its sequence's last K−1 inputs (some still from the old state when length < K−1).
   std::vector<float> next(static_cast<size_t>(std::max<int64_t>(K - 1, 0) * C));
   for (const ConvSequence& q : seqs) {
+    // The state after positions 0 .. n − 1, for every n (before the old state is replaced).
+    for (int64_t n = 1; q.steps && n <= q.length; ++n) {
+      float* dst = q.steps + (n - 1) * std::max<int64_t>(K - 1, 1) * C;
+      for (int64_t j = 0; j < K - 1; ++j) {
+        const int64_t pos = n - (K - 1) + j;
+        if (pos >= 0)
+          std::copy_n(x + (q.first + pos * q.stride) * x_stride, C, dst + j * C);
+        else if (q.state)
+          std::copy_n(q.state + (n + j) * C, C, dst + j * C);
+        else
+          std::fill_n(dst + j * C, C, 0.0f);
+      }
+    }
     if (!q.state) continue;
     for (int64_t j = 0; j < K - 1; ++j) {
       const int64_t pos = q.length - (K - 1) + j;  // < 0: in the old state, at its row length + j

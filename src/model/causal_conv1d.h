@@ -9,7 +9,9 @@
 // earlier positions: a ConvSequence's positions 0 .. length−1 are rows first + s·stride, and its
 // state [K−1, C] holds the K−1 inputs before position 0, oldest first (row j: position j − (K−1));
 // after the forward it holds the sequence's last K−1 inputs (mamba_ssm's causal_conv1d_update for
-// length 1). A null state reads zeros and is not written.
+// length 1). A null state reads zeros and is not written. With `steps` (speculative decoding's
+// rollback, train/inference_engine.h) the state after each position s is also written to
+// steps + s·max(K−1, 1)·C, [K−1, C] each (the state the sequence would hold had it ended there).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +22,7 @@ namespace gale {
 struct ConvSequence {
   int64_t first = 0, stride = 1, length = 0;
   float* state = nullptr;  // [K−1, C] or null
+  float* steps = nullptr;  // [length, max(K−1, 1), C] or null: the state after each position
 };
 
 void causal_conv1d_forward(const float* x, int64_t x_stride, const float* w, const float* bias, float* y, int64_t C,

@@ -188,7 +188,8 @@ Tensor forward(const GdnDims& d_tp, const GdnWeights& w_tp, const Tensor& u, con
   const float scale = 1.0f / std::sqrt(static_cast<float>(DK));
   const int64_t T = zx.size(0);
   std::vector<ConvSequence> conv_seqs;  // the convolution's view of the sequences
-  for (const GdnSequence& q : seqs) conv_seqs.push_back(ConvSequence{q.first, q.stride, q.length, q.conv_state});
+  for (const GdnSequence& q : seqs)
+    conv_seqs.push_back(ConvSequence{q.first, q.stride, q.length, q.conv_state, q.conv_steps});
   check_conv_sequences(conv_seqs, T, "gated delta net");
   const float* zxp = zx.data<float>();
   Tensor conv_pre = Tensor::empty({T, CD});
@@ -218,6 +219,7 @@ Tensor forward(const GdnDims& d_tp, const GdnWeights& w_tp, const Tensor& u, con
           for (int64_t i = 0; i < DK; ++i)
             for (int64_t j = 0; j < DV; ++j) out[j] += q[i] * st[static_cast<size_t>(i * DV + j)];
           for (int64_t j = 0; j < DV; ++j) out[j] *= scale;
+          if (q_seq.rec_steps) std::copy(st.begin(), st.end(), q_seq.rec_steps + (s * NV + h) * DK * DV);
         }
         if (q_seq.rec_state) std::copy(st.begin(), st.end(), q_seq.rec_state + h * DK * DV);
       }

@@ -108,10 +108,14 @@ Tensor gdn_forward(const GdnDims& d, const GdnWeights& w, const Tensor& u, int64
 // position (both null: the state before position 0, nothing written back). length 1 is a decode
 // step, O(1) in the positions already seen (Megatron's GatedDeltaNet ssm_decode: the convolution's
 // causal_conv1d_update and one step of the recurrence); longer is prefill (ssm_prefill).
+// conv_steps [length, max(K−1, 1), conv_dim] and rec_steps [length, NV, DK, DV] (speculative
+// decoding's rollback; null: not kept) get the states after each position s.
 struct GdnSequence {
   int64_t first = 0, stride = 1, length = 0;
   float* conv_state = nullptr;
   float* rec_state = nullptr;
+  float* conv_steps = nullptr;
+  float* rec_steps = nullptr;
 };
 // out [T, H] of u [T, H], whose rows the sequences cover exactly once (inference: nothing kept; no
 // sequence parallelism, no context parallelism).

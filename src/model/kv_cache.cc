@@ -56,7 +56,14 @@ std::vector<RecurrentRows> recurrent_decoding_rows(KvCache* cache, RaggedKvBatch
                         "(RaggedKvBatch::mamba)";
     int64_t row = 0;
     for (const RaggedRequest& r : ragged->requests) {
-      rows.push_back(RecurrentRows{row, 1, r.rows, pool->conv(local, r.mamba_slot), pool->ssm(local, r.mamba_slot)});
+      RecurrentRows rr{row, 1, r.rows, pool->conv(local, r.mamba_slot), pool->ssm(local, r.mamba_slot)};
+      if (r.keep_steps) {
+        GALE_CHECK(r.rows <= pool->steps()) << "ragged decoding: " << r.rows << " rows keep their states, the slots have "
+                                            << pool->steps() << " step buffers";
+        rr.conv_steps = pool->conv_step(local, r.mamba_slot, 0);
+        rr.ssm_steps = pool->ssm_step(local, r.mamba_slot, 0);
+      }
+      rows.push_back(rr);
       row += r.rows;
     }
   } else if (cache) {

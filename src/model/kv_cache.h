@@ -102,12 +102,15 @@ class KvBlockPool {
 // the request's blocks (enough of them for cached + rows positions, in position order), and its
 // queries attend (causally, at those positions) to positions [0, cached + rows) of its blocks only.
 // A hybrid model's Mamba layers (a GDN model's GDN layers) run the request's rows from, and leave
-// their state in, its slot `mamba_slot` of `mamba` (fresh — zero — when cached is 0).
+// their state in, its slot `mamba_slot` of `mamba` (fresh — zero — when cached is 0). With
+// `keep_steps` (speculative decoding's verification rows, at most mamba->steps() of them) they also
+// leave the state after each row in the slot's step buffers (MambaStatePool::keep_step).
 struct RaggedRequest {
   std::vector<int32_t> blocks;
   int64_t cached = 0;
   int64_t rows = 0;
   int64_t mamba_slot = -1;
+  bool keep_steps = false;
 };
 struct RaggedKvBatch {
   KvBlockPool* pool = nullptr;
@@ -125,6 +128,7 @@ struct RecurrentRows {
   int64_t first = 0, stride = 1, length = 0;
   float* conv = nullptr;  // MambaStatePool::conv
   float* ssm = nullptr;   // MambaStatePool::ssm
+  float* conv_steps = nullptr, *ssm_steps = nullptr;  // RaggedRequest::keep_steps: MambaStatePool::conv_step / ssm_step
 };
 std::vector<RecurrentRows> recurrent_decoding_rows(KvCache* cache, RaggedKvBatch* ragged, int64_t B, int64_t S,
                                                    int64_t local_layer);

@@ -229,7 +229,7 @@ Tensor mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const Tenso
   // Under CP the convolution and the scan run on whole sequences of this cp rank's heads (dc, wc).
   const bool use_cp = w.cp.on();
   GALE_CHECK(!use_cp || std::none_of(seqs.begin(), seqs.end(), [](const MambaSequence& q) {
-    return q.conv_state || q.ssm_state;
+    return q.conv_state || q.ssm_state || q.conv_steps || q.ssm_steps;
   })) << "mamba mixer: decoding states with context parallelism";
   const MambaCpWeights scan_part(d, w);
   const MambaDims& dc = scan_part.dims();
@@ -240,7 +240,8 @@ Tensor mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const Tenso
   const int64_t T = zx.size(0), CD = dc.conv_dim(), DI = dc.DI, NH = dc.NH, P = dc.P, N = dc.N, G = dc.G;
   const int64_t heads_per_group = NH / G;
   std::vector<ConvSequence> conv_seqs;  // the convolution's view of the sequences
-  for (const MambaSequence& q : seqs) conv_seqs.push_back(ConvSequence{q.first, q.stride, q.length, q.conv_state});
+  for (const MambaSequence& q : seqs)
+    conv_seqs.push_back(ConvSequence{q.first, q.stride, q.length, q.conv_state, q.conv_steps});
   check_conv_sequences(conv_seqs, T, "mamba mixer");
   const float* zxp = zx.data<float>();
   Tensor conv_pre = Tensor::empty({T, CD});
@@ -313,6 +314,7 @@ Tensor mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const Tenso
             }
             yp[t * DI + h * P + p] = acc + wc.d[h] * x[p];
           }
+          if (q.ssm_steps) std::copy(st.begin(), st.end(), q.ssm_steps + (s * NH + h) * P * N);
         }
         if (q.ssm_state) std::copy(st.begin(), st.end(), q.ssm_state + h * P * N);
       }
@@ -536,7 +538,7 @@ std::vector<MambaSequence> decoding_sequences(const LayerRuntime& rt, int64_t la
   std::vector<MambaSequence> seqs;
   for (const RecurrentRows& r :
        recurrent_decoding_rows(rt.kv_cache, rt.ragged_kv, rt.mb->B, rt.mb->S, layer - rt.part->first_layer))
-    seqs.push_back(MambaSequence{r.first, r.stride, r.length, r.conv, r.ssm});
+    seqs.push_back(MambaSequence{r.first, r.stride, r.length, r.conv, r.ssm, r.conv_steps, r.ssm_steps});
   return seqs;
 }
 

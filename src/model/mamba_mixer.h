@@ -139,10 +139,15 @@ Tensor mamba_mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const
 // decode step (mamba_ssm's causal_conv1d_update and selective_state_update):
 //   c = bias + Σ_{k<K−1} w[k]·conv_state[k] + w[K−1]·xBC;  conv_state ← [conv_state[1..], xBC]
 //   state ← exp(Δ·A)·state + Δ·x ⊗ B;  y = state·C + D·x
+// conv_steps [length, max(K−1, 1), CD] and ssm_steps [length, NH, P, N] (speculative decoding's
+// rollback; null: not kept) get the states after each position s, those the sequence would hold
+// had it ended there (Megatron's intermediate Mamba states of speculative decoding).
 struct MambaSequence {
   int64_t first = 0, stride = 1, length = 0;
   float* conv_state = nullptr;
   float* ssm_state = nullptr;
+  float* conv_steps = nullptr;
+  float* ssm_steps = nullptr;
 };
 // out [T, H] of u [T, H], whose rows the sequences cover exactly once (inference: nothing kept for
 // backward; no context parallelism). mamba_mixer_forward is this with sample b's rows b, b + B, ...

@@ -9,8 +9,9 @@
 
 namespace gale {
 
-MambaStatePool::MambaStatePool(const ModelConfig& c, const ModelPartition& part, int64_t slots) : slots_(slots) {
-  GALE_CHECK(slots >= 0) << "mamba state pool of " << slots << " slots";
+MambaStatePool::MambaStatePool(const ModelConfig& c, const ModelPartition& part, int64_t slots, int64_t steps)
+    : slots_(slots), steps_(steps) {
+  GALE_CHECK(slots >= 0 && steps >= 0) << "mamba state pool of " << slots << " slots, " << steps << " steps";
   int64_t numel = 0;
   for (int64_t i = 0; i < part.num_layers; ++i) {
     const int64_t layer = part.first_layer + i;
@@ -32,7 +33,11 @@ MambaStatePool::MambaStatePool(const ModelConfig& c, const ModelPartition& part,
     index_.push_back(static_cast<int64_t>(conv_.size()));
     conv_.push_back(Tensor::zeros({std::max<int64_t>(slots, 1), conv}));
     ssm_.push_back(Tensor::zeros({std::max<int64_t>(slots, 1), ssm}));
-    numel += conv + ssm;
+    if (steps > 0) {
+      conv_steps_.push_back(Tensor::zeros({std::max<int64_t>(slots, 1), steps * conv}));
+      ssm_steps_.push_back(Tensor::zeros({std::max<int64_t>(slots, 1), steps * ssm}));
+    }
+    numel += (1 + steps) * (conv + ssm);
   }
   slot_bytes_ = numel * static_cast<int64_t>(sizeof(float));
   for (int64_t s = slots - 1; s >= 0; --s) free_.push_back(s);
@@ -55,6 +60,34 @@ float* MambaStatePool::ssm(int64_t layer, int64_t slot) {
   GALE_CHECK(slot >= 0 && slot < slots_) << "mamba state pool: slot " << slot << " of " << slots_;
   const Tensor& t = ssm_[static_cast<size_t>(index(layer))];
   return t.data<float>() + slot * t.size(1);
+}
+
+float* MambaStatePool::conv_step(int64_t layer, int64_t slot, int64_t j) {
+  GALE_CHECK(slot >= 0 && slot < slots_ && j >= 0 && j < steps_)
+      << "mamba state pool: slot " << slot << " of " << slots_ << ", step " << j << " of " << steps_;
+  const int64_t k = index(layer);
+  const int64_t one = conv_[static_cast<size_t>(k)].size(1);
+  const Tensor& t = conv_steps_[static_cast<size_t>(k)];
+  return t.data<float>() + slot * t.size(1) + j * one;
+}
+
+float* MambaStatePool::ssm_step(int64_t layer, int64_t slot, int64_t j) {
+  GALE_CHECK(slot >= 0 && slot < slots_ && j >= 0 && j < steps_)
+      << "mamba state pool: slot " << slot << " of " << slots_ << ", step " << j << " of " << steps_;
+  const int64_t k = index(layer);
+  const int64_t one = ssm_[static_cast<size_t>(k)].size(1);
+  const Tensor& t = ssm_steps_[static_cast<size_t>(k)];
+  return t.data<float>() + slot * t.size(1) + j * one;
+}
+
+void MambaStatePool::keep_step(int64_t slot, int64_t j) {
+  GALE_CHECK(slot >= 0 && slot < slots_ && j >= 0 && j < steps_)
+      << "mamba state pool: keep step " << j << " of " << steps_ << " in slot " << slot << " of " << slots_;
+  for (size_t k = 0; k < conv_.size(); ++k) {
+    const int64_t c = conv_[k].size(1), s = ssm_[k].size(1);
+    std::copy_n(conv_steps_[k].data<float>() + slot * conv_steps_[k].size(1) + j * c, c, conv_[k].data<float>() + slot * c);
+    std::copy_n(ssm_steps_[k].data<float>() + slot * ssm_steps_[k].size(1) + j * s, s, ssm_[k].data<float>() + slot * s);
+  }
 }
 
 int64_t MambaStatePool::allocate() {
@@ -88,6 +121,8 @@ MambaStatePool MambaStatePool::clone() const {
   MambaStatePool p = *this;
   for (Tensor& t : p.conv_) t = t.clone();
   for (Tensor& t : p.ssm_) t = t.clone();
+  for (Tensor& t : p.conv_steps_) t = t.clone();
+  for (Tensor& t : p.ssm_steps_) t = t.clone();
   return p;
 }
 

@@ -423,6 +423,35 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
   return w;
 }
 
+namespace {
+
+// The attention problem of a heterogeneous layer (config `lc`, ModelConfig::for_layer): this TP
+// rank's heads and groups of the layer (uneven under --unaligned-linear, so the heads and their
+// offset differ from the flags' too), then, as GptModel does for the flags' layer, 1/D of them under
+// a Ulysses head split (ulysses_cp_algo, hybrid_cp_algo's Ulysses sub-group of degree D).
+AttentionProblem layer_attention_problem(const LayerRuntime& rt, const ModelConfig& lc) {
+  AttentionProblem ap = rt.attention;
+  const ModelPartition& part = *rt.part;
+  const LayerShares shares = layer_shares(lc, part);
+  ap.NH = shares.heads;
+  ap.KV = shares.groups;
+  ap.head_offset = shares.head_offset;
+  if (rt.cp_split.cp_size <= 1) return ap;
+  if (part.hybrid_cp()) {
+    const int64_t U = part.cp_hybrid.ulysses_degree();
+    ap.NH /= U;
+    ap.KV = ulysses_kv_heads(ap.KV, U);
+    ap.head_offset += (part.cp_rank() % U) * ap.NH;
+  } else if (part.cp_ulysses) {
+    ap.NH /= rt.cp_split.cp_size;
+    ap.KV = part.cp_ulysses_allgather_kv ? ap.KV : ulysses_kv_heads(ap.KV, rt.cp_split.cp_size);
+    ap.head_offset += part.cp_rank() * ap.NH;
+  }
+  return ap;
+}
+
+}  // namespace
+
 Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, const LayerParamIds& w, int64_t layer,
                                  const Tensor& x_in, LayerSaved* saved) {
   const ModelConfig& c = *rt.config;
@@ -435,7 +464,7 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
     const ModelConfig lc = c.for_layer(layer);
     LayerRuntime lrt = rt;
     lrt.config = &lc;
-    lrt.attention.KV = layer_shares(lc, *rt.part).groups;
+    lrt.attention = layer_attention_problem(rt, lc);
     return transformer_layer_forward(lrt, pb, w, layer, x_in, saved);
   }
   const ModelPartition& part = *rt.part;
@@ -460,7 +489,7 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
       const GdnWeights gw = gdn_layer_weights(rt, pb, w.gdn);
       std::vector<GdnSequence> seqs;  // decoding: each sample's or request's rows with its state
       for (const RecurrentRows& r : recurrent_decoding_rows(rt.kv_cache, rt.ragged_kv, B, S, layer - part.first_layer))
-        seqs.push_back(GdnSequence{r.first, r.stride, r.length, r.conv, r.ssm});
+        seqs.push_back(GdnSequence{r.first, r.stride, r.length, r.conv, r.ssm, r.conv_steps, r.ssm_steps});
       proj = seqs.empty() ? gdn_forward(gdn_dims(rt), gw, x_norm, S, B, gemm_dtype, saved ? &saved->gdn : nullptr)
                           : gdn_forward_sequences(gdn_dims(rt), gw, x_norm, seqs, gemm_dtype);
     } else if (w.linear_attn_w >= 0) {  // a heterogeneous layer's linear replacement: norm1, W (bias inside)
@@ -628,7 +657,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
     const ModelConfig lc = c.for_layer(layer);
     LayerRuntime lrt = rt;
     lrt.config = &lc;
-    lrt.attention.KV = layer_shares(lc, *rt.part).groups;
+    lrt.attention = layer_attention_problem(rt, lc);
     return transformer_layer_backward(lrt, pb, w, layer, s, d_out);
   }
   const ModelPartition& part = *rt.part;

@@ -25,9 +25,17 @@ Status validate_fake_process_group(const FakeProcessGroupArgs& f, Arguments& a, 
   a.training.check_for_nan_in_loss_and_grad = false;
   warn_rank0("check_for_nan_in_loss_and_grad is set to False for fake process group.");
   // Gale's refusals: what one process playing one rank cannot do meaningfully, or is untested.
+  // Megatron does not refuse --save, but cannot save either: its distributed checkpoint's metadata
+  // is written by the coordinator rank from a gather of every rank's save plan and write results
+  // (dist_checkpointing state_dict_saver), which the fake backend skips; Gale's commit likewise
+  // all-gathers every shard's size and checksum before rank 0 writes metadata.json
+  // (ckpt/checkpoint_writer.h). So fake ranks, run one after another, cannot together write the
+  // checkpoint of a real run.
   if (!a.checkpoint.save.empty())
     return InvalidArgument(flag, " with --save: expected no checkpoint saving (one process playing one rank of "
-                           "$WORLD_SIZE would write one rank's part of a checkpoint, which no run can load)");
+                           "$WORLD_SIZE would write one rank's part of a checkpoint, which no run can load: the "
+                           "checkpoint's metadata is written by rank 0 from a gather of every rank's shards, as "
+                           "Megatron's distributed checkpoint does, and a fake process group's gather returns this rank's own values only)");
   if (!a.checkpoint.load.empty() || !a.checkpoint.pretrained_checkpoint.empty())
     return Unimplemented(flag, " with ", a.checkpoint.load.empty() ? "--pretrained-checkpoint" : "--load",
                          ": not supported yet (a fake run starts from its initialisation)");

@@ -92,6 +92,13 @@ Status validate_gdn_args(ModelArgs& m, const ArgParser& p) {
     return InvalidArgument("--experimental-attention-variant gdn with --is-hybrid-model: expected a hybrid model's "
                            "Gated DeltaNet layers as 'G' in --hybrid-override-pattern, found --experimental-attention-"
                            "variant gdn");
+  // Megatron builds each MTP layer from the last decoder layer's spec (gpt_builders.py); Gale's MTP
+  // layers are full-attention layers, so the last decoder layer must be one.
+  if (m.mtp_num_layers != kUnset && m.mtp_num_layers > 0 &&
+      (m.linear_attention_pattern.empty() || m.linear_attention_pattern.back() != 0))
+    return Unimplemented("--experimental-attention-variant gdn with --mtp-num-layers ", m.mtp_num_layers,
+                         ": not supported yet when the last decoder layer is a Gated DeltaNet layer (Megatron's MTP "
+                         "layer takes the last decoder layer's spec; Gale's MTP layers are full-attention layers)");
   return check_gdn_layers(m, "--experimental-attention-variant gdn");
 }
 

@@ -34,48 +34,93 @@ Status validate_heterogeneous_args(Arguments& a, const ArgParser& p) {
   HeteroModelShape shape{m.num_layers, m.hidden_size, m.num_attention_heads, m.num_kv_heads, m.ffn_hidden_size};
   GALE_ASSIGN_OR_RETURN(const std::vector<HeteroLayer> layers,
                         parse_heterogeneous_layers(m.heterogeneous_layers_config_encoded_json, shape, source));
-  // Tensor parallelism splits each layer's query groups and FFN columns, and a linear
-  // replacement's H output rows, evenly.
+  // Tensor parallelism splits each layer's query groups and FFN columns evenly, or with MindSpeed's
+  // --unaligned-linear unevenly in whole groups (model/layer_shares.h: every rank at least one group
+  // and one column, as the flags' split); a linear replacement's H output rows always evenly.
   const int64_t tp = a.parallel.tensor_model_parallel_size;
+  const bool uneven = a.parallel.unaligned_linear;
   for (size_t i = 0; i < layers.size(); ++i) {
     const HeteroLayer& l = layers[i];
-    if (l.attention == SubBlock::kBlock && l.kv_heads % tp != 0)
+    if (l.attention == SubBlock::kBlock && uneven && l.kv_heads < tp)
+      return InvalidArgument(source, ": block_configs[", i, "].attention: --unaligned-linear keeps every query group "
+                             "whole on one rank: the layer's ", l.kv_heads,
+                             " query groups must be at least --tensor-model-parallel-size ", tp);
+    if (l.attention == SubBlock::kBlock && !uneven && l.kv_heads % tp != 0)
       return InvalidArgument(source, ": block_configs[", i, "].attention: the layer's ", l.kv_heads,
                              " query groups must be divisible by --tensor-model-parallel-size ", tp);
-    if (l.mlp == SubBlock::kBlock && l.ffn % tp != 0)
+    if (l.mlp == SubBlock::kBlock && uneven && l.ffn < tp)
+      return InvalidArgument(source, ": block_configs[", i, "].ffn: --unaligned-linear: the layer's FFN size ", l.ffn,
+                             " must be at least --tensor-model-parallel-size ", tp);
+    if (l.mlp == SubBlock::kBlock && !uneven && l.ffn % tp != 0)
       return InvalidArgument(source, ": block_configs[", i, "].ffn: the layer's FFN size ", l.ffn,
                              " must be divisible by --tensor-model-parallel-size ", tp);
     if ((l.attention == SubBlock::kLinear || l.mlp == SubBlock::kLinear) && m.hidden_size % tp != 0)
       return InvalidArgument(source, ": block_configs[", i, "]: a replace_with_linear sub-block needs --hidden-size ",
                              m.hidden_size, " divisible by --tensor-model-parallel-size ", tp);
   }
-  // What the heterogeneous layers do not handle yet.
+  // Context parallelism: ring / all-gather attention need nothing per layer; a Ulysses head split
+  // (--cp-comm-type a2a / a2a+p2p, ulysses_cp_algo, hybrid_cp_algo) splits each layer's groups per TP
+  // rank as the flags' (arguments_parallel.cc): a multiple of the degree D, or dividing it.
   const ParallelArgs& par = a.parallel;
-  if (par.context_parallel_size > 1)
-    return Unimplemented(source, " with --context-parallel-size > 1: not supported yet (found ",
-                         par.context_parallel_size, ")");
+  const std::string& algo = par.context_parallel_algo;
+  const int64_t ulysses = par.context_parallel_size <= 1   ? 1
+                          : algo == "ulysses_cp_algo"      ? par.context_parallel_size
+                          : algo == "hybrid_cp_algo"       ? par.ulysses_degree_in_cp
+                                                           : 1;
+  if (ulysses > 1 && uneven)
+    return Unimplemented(source, " with --unaligned-linear and a Ulysses head split of context parallelism: not "
+                         "supported yet (each layer's uneven heads per TP rank would need their own check)");
+  for (size_t i = 0; i < layers.size() && ulysses > 1; ++i) {
+    const HeteroLayer& l = layers[i];
+    if (l.attention != SubBlock::kBlock) continue;
+    const int64_t per_rank = l.kv_heads / tp;
+    if (par.use_ulysses_allgather_kv && l.kv_heads != tp)
+      return InvalidArgument(source, ": block_configs[", i, "].attention: --use-ulysses-allgather-kv all-gathers one "
+                             "key/value head per TP rank: expected ", tp, " query groups, found ", l.kv_heads);
+    if (per_rank % ulysses != 0 && ulysses % per_rank != 0)
+      return InvalidArgument(source, ": block_configs[", i, "].attention: the Ulysses head split of context "
+                             "parallelism (degree ", ulysses, ") needs the layer's ", per_rank,
+                             " query groups per TP rank to be a multiple of the degree or to divide it");
+  }
+  // MoE: Megatron's gpt_builder picks the MoE decoder block spec ahead of the heterogeneous one, and
+  // its TransformerBlock then applies each layer's query groups and FFN size (a dense layer's;
+  // MoE layers keep --moe-ffn-hidden-size), but builds every attention and MLP: no_op and
+  // replace_with_linear entries would be silently dropped, so Gale refuses them.
   if (par.expert_model_parallel_size > 1 || a.moe.enabled())
-    return Unimplemented(source, " with --num-experts: not supported yet");
-  if (m.multi_latent_attention) return Unimplemented(source, " with --multi-latent-attention: not supported yet");
-  if (m.is_hybrid_model) return Unimplemented(source, " with --is-hybrid-model: not supported yet");
+    for (size_t i = 0; i < layers.size(); ++i)
+      if (layers[i].attention != SubBlock::kBlock || layers[i].mlp != SubBlock::kBlock)
+        return InvalidArgument(source, ": block_configs[", i, "]: with --num-experts Megatron builds its MoE decoder "
+                               "block spec instead of the heterogeneous one, which has no no_op or replace_with_linear "
+                               "sub-blocks: expected only per-layer query groups and FFN sizes, found a ",
+                               layers[i].attention != SubBlock::kBlock ? "attention" : "ffn", " that is ",
+                               (layers[i].attention != SubBlock::kBlock ? layers[i].attention : layers[i].mlp) ==
+                                       SubBlock::kNoOp
+                                   ? "no_op"
+                                   : "replace_with_linear");
+  // Refused as Megatron refuses (training/argument_utils.py) or builds something else.
+  if (m.multi_latent_attention)
+    return InvalidArgument(source, " with --multi-latent-attention: Megatron asserts \"Multi latent attention with "
+                           "heterogeneous layers is not supported.\"");
+  if (m.is_hybrid_model)
+    return InvalidArgument(source, " with --is-hybrid-model: Megatron's hybrid (Mamba) model builds its layers from "
+                           "--hybrid-layer-pattern and never reads block_configs");
   if (!m.experimental_attention_variant.empty())
     return Unimplemented(source, " with --experimental-attention-variant ", m.experimental_attention_variant,
-                         ": not supported yet");
-  if (m.mtp_num_layers != kUnset && m.mtp_num_layers > 0)
-    return Unimplemented(source, " with --mtp-num-layers: not supported yet");
-  if (par.unaligned_linear) return Unimplemented(source, " with --unaligned-linear: not supported yet");
+                         ": not supported yet (Megatron's gpt_builder builds the experimental-attention block spec "
+                         "instead of the heterogeneous one, so no_op and replace_with_linear are never built there; "
+                         "per-layer query groups in those layers are not implemented in Gale)");
+  // --mtp-num-layers: as Megatron's gpt_builder, each MTP layer is the usual decoder layer with the
+  // flags' query groups and FFN size (model/gpt_model.cc registers it past block_configs' layers).
+  // What the heterogeneous layers do not handle yet.
   for (const char* flag :
-       {"--recompute-activation-function", "--recompute-norm", "--swap-attention",
-        "--swap-layer-input", "--smart-swap", "--compress-activation", "--compress-dense", "--lora-target-modules",
+       {"--smart-swap", "--compress-activation", "--compress-dense", "--lora-target-modules",
         "--tp-2d", "--qat-scheme", "--qad-enable", "--use-ascend-mc2", "--use-ascend-coc", "--tp-comm-overlap",
         "--automated-pipeline", "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
         "--schedules-method", "--dualpipev-dw-detach", "--recompute-in-advance", "--recompute-in-bubble",
         "--use-custom-fsdp", "--use-torch-fsdp2", "--layerzero", "--auto-parallel", "--auto-settings", "--dist-train",
         "--fp8-format", "--pipeline-model-parallel-layout"})
     if (p.was_set(flag)) return Unimplemented(source, " with ", flag, ": not supported yet");
-  for (const std::string& module : m.recompute_modules)  // core_attn keeps nothing anyway
-    if (module != "core_attn") return Unimplemented(source, " with --recompute-modules ", module, ": not supported yet");
-  if (a.dpo.stage == "dpo") return Unimplemented(source, " with --stage dpo: not supported yet");
+  // --stage dpo: the reference model copies the policy's config, its layers included (train/pretrain.cc).
   return Status::Ok();
 }
 

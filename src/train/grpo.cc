@@ -150,6 +150,34 @@ std::string fixed(double v, int digits) {
   return buf;
 }
 
+// Megatron's log_rl_throughput_metrics fields: `batch` rollouts × --seq-length tokens over the
+// interval's mean iteration time, per second and per process; packed, this rank's bins' positions
+// (compute) and rollout tokens (actual) times DP, the collection's tokens over every rank's bin
+// positions (packing_eff) and its mean rollout length (avg_seq_len, also printed unpacked with
+// --log-throughput as --seq-length).
+std::string rl_throughput_fields(int64_t batch, int64_t S, double seconds, int64_t world, int64_t dp,
+                                 const GrpoTrainingRows& rows, bool packed, int64_t collection_rows,
+                                 bool log_throughput) {
+  const double per_second = static_cast<double>(batch * S) / seconds;
+  std::string f = str_cat(" toks/s: ", fixed(per_second, 0), " | toks/s/gpu: ",
+                          fixed(per_second / static_cast<double>(world), 0), " |");
+  if (packed) {
+    const double compute = static_cast<double>(rows.rows * S * dp) / seconds;
+    const double actual = static_cast<double>(rows.rank_tokens * dp) / seconds;
+    const double capacity = static_cast<double>(rows.rows * S * dp);
+    const double efficiency = capacity > 0.0 ? static_cast<double>(rows.collection_tokens) / capacity : 0.0;
+    f += str_cat(" compute_toks/s: ", fixed(compute, 0), " | compute_toks/s/gpu: ",
+                 fixed(compute / static_cast<double>(world), 0), " | actual_toks/s: ", fixed(actual, 0),
+                 " | actual_toks/s/gpu: ", fixed(actual / static_cast<double>(world), 0), " | packing_eff: ",
+                 fixed(100.0 * efficiency, 1), "% |");
+    f += str_cat(" avg_seq_len: ",
+                 fixed(static_cast<double>(rows.collection_tokens) / static_cast<double>(collection_rows), 1), " |");
+  } else if (log_throughput) {
+    f += str_cat(" avg_seq_len: ", S, " |");
+  }
+  return f;
+}
+
 }  // namespace
 
 Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, const std::vector<GPTModel*>& reference,
@@ -411,6 +439,8 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, const 
       f.learning_rate = scheduler.lr();
       f.global_batch_size = sequences;
       f.consumed_bins = consumed_bins;
+      f.rl_throughput = rl_throughput_fields(sequences, S, per_iter, engine.ps.world()->size(), dp, rows, packing.enabled,
+                                             R, l.log_throughput);
       const double n = static_cast<double>(std::max<int64_t>(advanced, 1));
       f.lm_loss = interval[0] / n;
       const char* names[kTerms] = {"lm loss", "rl/kl_term", "rl/pi_over_pi_old", "rl/entropy_term",

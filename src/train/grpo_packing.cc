@@ -128,6 +128,9 @@ StatusOr<GrpoTrainingRows> grpo_packed_rows(const GrpoRollouts& r, int32_t pad, 
     t.max_per_bin = std::max<int64_t>(t.max_per_bin, static_cast<int64_t>(b.size()));
   }
   t.mean_per_bin = num_bins > 0 ? static_cast<double>(r.rows) / static_cast<double>(num_bins) : 0.0;
+  for (int64_t n : lengths) t.collection_tokens += n;
+  for (const auto& members : t.members)
+    for (int64_t row : members) t.rank_tokens += lengths[row];
   return t;
 }
 

@@ -55,6 +55,9 @@ struct GrpoTrainingRows {
   // Packed: every rank's bins before the empty ones, and the rollouts per bin over them.
   int64_t total_bins = 0, min_per_bin = 0, max_per_bin = 0;
   double mean_per_bin = 0.0;
+  // Packed: the rollouts' lengths summed over this rank's bins and over the whole collection
+  // (Megatron's actual tokens and packing-efficiency numerator).
+  int64_t rank_tokens = 0, collection_tokens = 0;
 };
 
 // Each rollout's length: its positions up to and including its last non-`pad` token (0: all pad).

@@ -208,11 +208,15 @@ Status read_deepseek_v3(const ConfigReader& c, HfModel& out) {
   GALE_ASSIGN_OR_RETURN(m.norm_epsilon, c.number("rms_norm_eps", 1e-6));
   m.multi_latent_attention = true;
   m.qk_layernorm = true;  // q_a_layernorm and kv_a_layernorm always exist
-  // q_lora_rank null (DeepSeek-V2-Lite's direct q_proj) is refused: with --qk-layernorm Gale's direct
-  // query projection has a norm of its own (linear_q_proj.layer_norm_weight) that HF's lacks.
+  // q_lora_rank null (DeepSeek-V2-Lite's direct q_proj) is refused: transformers norms the key/value
+  // latent (kv_a_layernorm) but not q_proj's input. Megatron-Core main cannot hold that: its MLA with
+  // --qk-layernorm and no --q-lora-rank fuses a norm of x into linear_q_proj (QKNormConfigResolver,
+  // linear_q_proj.layer_norm_weight, as Gale does), and without --qk-layernorm the latent has no norm.
   if (!c.set("q_lora_rank"))
     return Unimplemented(c.path(), ": 'q_lora_rank' is null (a direct query projection), which is not supported yet "
-                         "(Gale's --qk-layernorm puts a norm before it that transformers' DeepseekV3 does not have)");
+                         "(transformers norms only the key/value latent there; Megatron's --multi-latent-attention "
+                         "with --qk-layernorm and no --q-lora-rank also norms linear_q_proj's input, and without "
+                         "--qk-layernorm norms neither)");
   GALE_ASSIGN_OR_RETURN(m.q_lora_rank, c.positive("q_lora_rank"));
   GALE_ASSIGN_OR_RETURN(m.kv_lora_rank, c.positive("kv_lora_rank"));
   GALE_ASSIGN_OR_RETURN(m.qk_head_dim, c.positive("qk_nope_head_dim"));
@@ -242,14 +246,9 @@ Status read_deepseek_v3(const ConfigReader& c, HfModel& out) {
   GALE_ASSIGN_OR_RETURN(int64_t mtp, c.non_negative("num_nextn_predict_layers", 0));
   out.mtp_layers = out.mtp_layers_in_files = mtp;
   m.mtp_num_layers = mtp > 0 ? mtp : kUnset;
-  GALE_ASSIGN_OR_RETURN(std::string scoring, c.string("scoring_func", "sigmoid"));
-  if (scoring != "sigmoid") return refuse(c, "scoring_func", "DeepseekV3ForCausalLM's router scores are sigmoids");
-  GALE_ASSIGN_OR_RETURN(std::string topk_method, c.string("topk_method", "noaux_tc"));
-  if (topk_method != "noaux_tc")
-    return refuse(c, "topk_method", "DeepseekV3ForCausalLM chooses experts by noaux_tc (scores + correction bias)");
-  GALE_ASSIGN_OR_RETURN(int64_t layer_freq, c.positive("moe_layer_freq", 1));
-  if (layer_freq != 1) return refuse(c, "moe_layer_freq", "transformers' DeepseekV3 has experts in every layer from first_k_dense_replace");
   GALE_ASSIGN_OR_RETURN(bool tie, c.boolean("tie_word_embeddings", false));
+  // Layers 0 .. first_k_dense_replace - 1 have the dense MLP (DeepseekV3Config's default: 3).
+  GALE_ASSIGN_OR_RETURN(int64_t dense, c.non_negative("first_k_dense_replace", 3));
   m.group_query_attention = false;
   m.num_query_groups = 1;
   m.normalization = "RMSNorm";
@@ -260,6 +259,23 @@ Status read_deepseek_v3(const ConfigReader& c, HfModel& out) {
   m.untie_embeddings_and_output_weights = !tie;
 
   const int64_t L = m.num_layers;
+  if (dense >= L) {
+    // A dense DeepSeek-V3: every layer has the dense MLP (intermediate_size); transformers reads none of
+    // the expert keys, so neither does Gale. Its MTP layers would be dense too, which Gale's
+    // multi-token-prediction mapping (MoE layers, as in DeepSeek's files) does not hold.
+    if (mtp > 0)
+      return Unimplemented(c.path(), ": 'num_nextn_predict_layers' = ", mtp, " with 'first_k_dense_replace' = ",
+                           dense, " >= num_hidden_layers ", L, ": multi-token-prediction layers of a dense DeepSeek-V3 "
+                           "are not supported (Gale reads DeepSeek's MTP layers as MoE layers)");
+    return Status::Ok();
+  }
+  GALE_ASSIGN_OR_RETURN(std::string scoring, c.string("scoring_func", "sigmoid"));
+  if (scoring != "sigmoid") return refuse(c, "scoring_func", "DeepseekV3ForCausalLM's router scores are sigmoids");
+  GALE_ASSIGN_OR_RETURN(std::string topk_method, c.string("topk_method", "noaux_tc"));
+  if (topk_method != "noaux_tc")
+    return refuse(c, "topk_method", "DeepseekV3ForCausalLM chooses experts by noaux_tc (scores + correction bias)");
+  GALE_ASSIGN_OR_RETURN(int64_t layer_freq, c.positive("moe_layer_freq", 1));
+  if (layer_freq != 1) return refuse(c, "moe_layer_freq", "transformers' DeepseekV3 has experts in every layer from first_k_dense_replace");
   GALE_ASSIGN_OR_RETURN(moe.num_experts, c.positive("n_routed_experts"));
   GALE_ASSIGN_OR_RETURN(moe.moe_router_topk, c.positive("num_experts_per_tok"));
   if (moe.moe_router_topk > moe.num_experts)
@@ -293,10 +309,6 @@ Status read_deepseek_v3(const ConfigReader& c, HfModel& out) {
     moe.moe_router_group_topk = topk_group;
   }
   GALE_ASSIGN_OR_RETURN(moe.moe_aux_loss_coeff, c.number("aux_loss_alpha", 0.0));
-  GALE_ASSIGN_OR_RETURN(int64_t dense, c.non_negative("first_k_dense_replace", 0));
-  if (dense >= L)
-    return Unimplemented(c.path(), ": 'first_k_dense_replace' = ", dense, " leaves no MoE layer of the ", L,
-                         " (a dense DeepSeek-V3 is not supported yet)");
   moe.layer_pattern.assign(static_cast<size_t>(L), 1);
   for (int64_t i = 0; i < dense; ++i) moe.layer_pattern[static_cast<size_t>(i)] = 0;
   moe.moe_layer_freq = "[";
@@ -406,6 +418,10 @@ Status read_qwen_moe_experts(const ConfigReader& c, const nlohmann::json& j, HfM
   const bool qwen2 = out.arch == HfArchitecture::kQwen2Moe;
   const bool shared_expert = qwen2 || out.arch == HfArchitecture::kQwen3Next;
   const char* experts_key = c.set("num_experts") || !c.set("num_local_experts") ? "num_experts" : "num_local_experts";
+  if (out.arch == HfArchitecture::kQwen3Next && c.set(experts_key)) {  // 0 experts: every MLP dense
+    GALE_ASSIGN_OR_RETURN(int64_t n, c.non_negative(experts_key, 0));
+    if (n == 0) return Status::Ok();
+  }
   GALE_ASSIGN_OR_RETURN(moe.num_experts, c.positive(experts_key));
   if (c.set("num_experts") && c.set("num_local_experts")) {
     GALE_ASSIGN_OR_RETURN(int64_t local, c.positive("num_local_experts"));
@@ -442,9 +458,10 @@ Status read_qwen_moe_experts(const ConfigReader& c, const nlohmann::json& j, HfM
     }
   }
   if (std::none_of(pattern.begin(), pattern.end(), [](int f) { return f == 1; })) {
-    if (out.arch == HfArchitecture::kQwen3Next)
-      return Unimplemented(c.path(), ": 'decoder_sparse_step' / 'mlp_only_layers' leave no sparse layer; a Qwen3-Next "
-                           "without experts is not supported yet");
+    if (out.arch == HfArchitecture::kQwen3Next) {  // every MLP dense (Qwen3NextMLP of intermediate_size)
+      moe = MoeArgs{};
+      return Status::Ok();
+    }
     return Unimplemented(c.path(), ": 'decoder_sparse_step' / 'mlp_only_layers' leave no sparse layer; convert it as "
                          "a dense model (", qwen2 ? "Qwen2ForCausalLM" : "Qwen3ForCausalLM", ") instead");
   }
@@ -455,34 +472,50 @@ Status read_qwen_moe_experts(const ConfigReader& c, const nlohmann::json& j, HfM
   return Status::Ok();
 }
 
-// sliding_window W -> --sliding-window W when it is active in every layer and shorter than
+// sliding_window W -> --sliding-window W when it is active in some layer and shorter than
 // max_position_embeddings (a longer window hides nothing). Mistral / Mixtral: every layer, unless
-// sliding_window is null (absent: transformers' default, 4096 for Mistral, none for Mixtral). Qwen2 / Qwen2-MoE / Qwen3: only with use_sliding_window, and
-// then in the layers i >= max_window_layers (default 28), or those layer_types names
-// "sliding_attention" (transformers' Qwen2Config); windows in only some layers are refused.
-Status read_sliding_window(const ConfigReader& c, int64_t num_layers, bool mistral_like, bool mistral,
+// sliding_window is null (absent: transformers' default, 4096 for Mistral, none for Mixtral). Qwen2 /
+// Qwen2-MoE / Qwen3: only with use_sliding_window, and then in the layers i >= max_window_layers
+// (default 28), or those layer_types names "sliding_attention" (transformers >= 4.53's Qwen2Config and
+// Qwen3Config, which derive layer_types from max_window_layers when it is absent). A window in only some
+// layers of a Qwen2 / Qwen3 (`per_layer`) is --window-attn-skip-freq as the per-layer list (1: windowed,
+// Megatron's is_layer_window_attention); Qwen2-MoE's is refused (transformers' Qwen2MoeConfig has no
+// layer_types and its attention implementations window different layers).
+Status read_sliding_window(const ConfigReader& c, int64_t num_layers, bool mistral_like, bool mistral, bool per_layer,
                            ModelArgs* m) {
   GALE_ASSIGN_OR_RETURN(bool use_window, c.boolean("use_sliding_window", mistral_like));
   const bool absent = !c.json().contains("sliding_window");
   if (!use_window || (!c.set("sliding_window") && !(absent && mistral))) return Status::Ok();
   GALE_ASSIGN_OR_RETURN(int64_t window, c.positive("sliding_window", 4096));  // MistralConfig's default
-  int64_t windowed = num_layers;  // layers with the window
+  std::vector<int> windowed(static_cast<size_t>(num_layers), 1);  // 1: the layer has the window
   if (!mistral_like) {
     GALE_ASSIGN_OR_RETURN(int64_t max_window_layers, c.non_negative("max_window_layers", 28));
-    windowed = std::max<int64_t>(0, num_layers - max_window_layers);
+    for (int64_t i = 0; i < num_layers; ++i) windowed[static_cast<size_t>(i)] = i >= max_window_layers ? 1 : 0;
     if (c.set("layer_types")) {
       const nlohmann::json& types = c.json().at("layer_types");
       if (!types.is_array() || static_cast<int64_t>(types.size()) != num_layers)
         return InvalidArgument(c.path(), ": 'layer_types' must list ", num_layers, " layer types, found ", types.dump());
-      windowed = std::count(types.begin(), types.end(), nlohmann::json("sliding_attention"));
+      for (int64_t i = 0; i < num_layers; ++i) {
+        if (types[i] != "sliding_attention" && types[i] != "full_attention")
+          return InvalidArgument(c.path(), ": 'layer_types' must hold \"sliding_attention\" or \"full_attention\", "
+                                 "found ", types.dump());
+        windowed[static_cast<size_t>(i)] = types[i] == "sliding_attention" ? 1 : 0;
+      }
     }
-    if (windowed > 0 && windowed < num_layers)
-      return Unimplemented(c.path(), ": 'sliding_window' = ", window, " is used by ", windowed, " of ", num_layers,
-                           " layers (max_window_layers ", max_window_layers,
-                           "); Gale's --sliding-window applies to every layer, per-layer windows are not supported");
+    const int64_t count = std::count(windowed.begin(), windowed.end(), 1);
+    if (count > 0 && count < num_layers && !per_layer)
+      return Unimplemented(c.path(), ": 'sliding_window' = ", window, " is used by ", count, " of ", num_layers,
+                           " layers (max_window_layers ", max_window_layers, "); per-layer windows are read for "
+                           "Qwen2ForCausalLM and Qwen3ForCausalLM only (transformers' Qwen2-MoE windows different "
+                           "layers in different attention implementations)");
   }
-  if (windowed == 0 || window >= m->max_position_embeddings) return Status::Ok();
+  const int64_t count = std::count(windowed.begin(), windowed.end(), 1);
+  if (count == 0 || window >= m->max_position_embeddings) return Status::Ok();
   m->sliding_window = window;
+  if (count < num_layers) {
+    m->window_attn_pattern = windowed;
+    m->window_attn_skip_freq = nlohmann::json(windowed).dump();
+  }
   return Status::Ok();
 }
 
@@ -512,14 +545,16 @@ Status read_qwen3_next(const ConfigReader& c, HfModel& out) {
     GALE_ASSIGN_OR_RETURN(int64_t interval, c.positive("full_attention_interval", 4));
     for (int64_t i = 0; i < L; ++i) pattern[i] = (i + 1) % interval == 0 ? 0 : 1;
   }
-  if (std::none_of(pattern.begin(), pattern.end(), [](int f) { return f == 1; }))
-    return Unimplemented(c.path(), ": 'layer_types' has no linear_attention layer; a Qwen3-Next without Gated "
-                         "DeltaNet layers is not supported yet");
-  m.experimental_attention_variant = "gdn";
-  m.linear_attention_pattern = pattern;
-  m.linear_attention_freq = "[";
-  for (int64_t i = 0; i < L; ++i) m.linear_attention_freq += (i ? "," : "") + std::to_string(pattern[i]);
-  m.linear_attention_freq += "]";
+  // No linear_attention layer: every layer is gated full attention, --attention-output-gate without
+  // --experimental-attention-variant (transformers 4.57.1 then needs use_cache false: its
+  // Qwen3NextDynamicCache looks for the last linear_attention layer).
+  if (std::any_of(pattern.begin(), pattern.end(), [](int f) { return f == 1; })) {
+    m.experimental_attention_variant = "gdn";
+    m.linear_attention_pattern = pattern;
+    m.linear_attention_freq = "[";
+    for (int64_t i = 0; i < L; ++i) m.linear_attention_freq += (i ? "," : "") + std::to_string(pattern[i]);
+    m.linear_attention_freq += "]";
+  }
   GALE_ASSIGN_OR_RETURN(m.linear_conv_kernel_dim, c.positive("linear_conv_kernel_dim", 4));
   GALE_ASSIGN_OR_RETURN(m.linear_key_head_dim, c.positive("linear_key_head_dim", 128));
   GALE_ASSIGN_OR_RETURN(m.linear_value_head_dim, c.positive("linear_value_head_dim", 128));
@@ -690,7 +725,9 @@ Status read_llama_family(const ConfigReader& c, const nlohmann::json& j, HfModel
       return refuse(c, "use_sliding_window", "Qwen3MoeForCausalLM's sliding window: transformers 4.x and 5.x "
                     "apply it to different layers");
   } else if (mistral_like || qwen2 || qwen3) {
-    GALE_RETURN_IF_ERROR(read_sliding_window(c, m.num_layers, mistral_like, out.arch == HfArchitecture::kMistral, &m));
+    GALE_RETURN_IF_ERROR(read_sliding_window(c, m.num_layers, mistral_like, out.arch == HfArchitecture::kMistral,
+                                             out.arch == HfArchitecture::kQwen2 || out.arch == HfArchitecture::kQwen3,
+                                             &m));
   }
   m.group_query_attention = m.num_kv_heads != m.num_attention_heads;
   m.num_query_groups = m.group_query_attention ? m.num_kv_heads : 1;
@@ -769,7 +806,10 @@ Status deepseek_v3_from_args(const ModelArgs& m, const MoeArgs& moe, const std::
             (m.mscale_all_dim != 0.0 || m.mscale == 1.0) && m.mscale > 0.0),
        "--max-position-embeddings = --rotary-scaling-factor x 4096 with YaRN, and --mscale 1 when "
        "--mscale-all-dim is 0");
-  need(moe.enabled(), "--num-experts (DeepseekV3ForCausalLM has routed experts)");
+  // Without --num-experts: a dense DeepSeek-V3 (first_k_dense_replace = num_hidden_layers); its MTP
+  // layers would be dense, which Gale's DeepSeek MTP mapping (MoE layers) does not write.
+  need(moe.enabled() || m.mtp_num_layers == kUnset || m.mtp_num_layers == 0,
+       "--num-experts when it has --mtp-num-layers (DeepSeek's MTP layers are MoE layers)");
   if (moe.enabled()) {
     bool dense_prefix = true;
     bool seen_moe = false;
@@ -811,14 +851,20 @@ Status qwen3_next_from_args(const ModelArgs& m, const MoeArgs& moe, const std::s
        "layers' gated q_proj, q_norm and k_norm)");
   need(m.sliding_window == kUnset && m.noop_layers.empty() && !m.embed_layernorm,
        "no --sliding-window, --noop-layers or --embed-layernorm");
-  need(moe.enabled() && moe.moe_shared_expert_intermediate_size != kUnset && moe.moe_shared_expert_gate,
-       "--num-experts with --moe-shared-expert-intermediate-size and --moe-shared-expert-gate (its sparse layers' "
+  need(!m.multi_latent_attention && (m.experimental_attention_variant.empty() ||
+                                     m.experimental_attention_variant == "gdn"),
+       "standard attention (no --multi-latent-attention, no attention variant but gdn)");
+  need(!moe.enabled() || (moe.moe_shared_expert_intermediate_size != kUnset && moe.moe_shared_expert_gate),
+       "--moe-shared-expert-intermediate-size and --moe-shared-expert-gate with --num-experts (its sparse layers' "
        "gated shared expert)");
   need(!moe.enabled() || (moe.moe_router_score_function == "softmax" && !moe.moe_router_enable_expert_bias &&
                           unset(moe.moe_router_topk_scaling_factor) && moe.moe_router_group_topk == kUnset),
        "softmax routing (no --moe-router-score-function sigmoid, expert bias, top-k scaling or groups)");
   if (!why.empty())
-    return Unimplemented(where, ": a Gated DeltaNet model (--experimental-attention-variant gdn) is written as "
+    return Unimplemented(where,
+                         m.experimental_attention_variant == "gdn"
+                             ? ": a Gated DeltaNet model (--experimental-attention-variant gdn) is written as "
+                             : ": a model with --attention-output-gate (gated attention) is written as ",
                          "Qwen3NextForCausalLM only with ", why);
   return Status::Ok();
 }
@@ -895,14 +941,27 @@ void add_qwen3_next_config(const HfModel& hf, nlohmann::json* out) {
                           {"rope_theta", static_cast<double>(m.rotary_base)},
                           {"partial_rotary_factor", m.rotary_percent}};
   nlohmann::json types = nlohmann::json::array();
-  for (int f : m.linear_attention_pattern) types.push_back(f != 0 ? "linear_attention" : "full_attention");
+  for (int64_t i = 0; i < m.num_layers; ++i)  // no pattern: gated attention in every layer
+    types.push_back(!m.linear_attention_pattern.empty() && m.linear_attention_pattern[static_cast<size_t>(i)] != 0
+                        ? "linear_attention"
+                        : "full_attention");
   j["layer_types"] = types;
+  // Without a linear_attention layer transformers 4.57's Qwen3NextDynamicCache fails (it looks for the
+  // last one); use_cache false lets that release run the model (the forward needs no cache).
+  if (m.linear_attention_pattern.empty()) j["use_cache"] = false;
   j["linear_conv_kernel_dim"] = m.linear_conv_kernel_dim;
   j["linear_key_head_dim"] = m.linear_key_head_dim;
   j["linear_value_head_dim"] = m.linear_value_head_dim;
   j["linear_num_key_heads"] = m.linear_num_key_heads;
   j["linear_num_value_heads"] = m.linear_num_value_heads;
   j["attention_bias"] = false;
+  if (!hf.moe.enabled()) {  // every MLP dense: no experts (transformers then builds Qwen3NextMLP everywhere)
+    j["num_experts"] = 0;
+    j["decoder_sparse_step"] = 1;
+    j["mlp_only_layers"] = nlohmann::json::array();
+    for (int64_t i = 0; i < m.num_layers; ++i) j["mlp_only_layers"].push_back(i);
+    return;
+  }
   add_qwen_moe_config(hf.moe, m.num_layers, true, &j);
 }
 
@@ -940,6 +999,11 @@ void add_deepseek_v3_config(const HfModel& hf, nlohmann::json* out) {
   j["attention_bias"] = false;
   j["attention_dropout"] = 0.0;
   j["tie_word_embeddings"] = !m.untie_embeddings_and_output_weights;
+  j["num_nextn_predict_layers"] = hf.mtp_layers;
+  if (!moe.enabled()) {  // dense: every layer below first_k_dense_replace; transformers reads no expert key
+    j["first_k_dense_replace"] = m.num_layers;
+    return;
+  }
   j["n_routed_experts"] = moe.num_experts;
   j["num_experts_per_tok"] = moe.moe_router_topk;
   j["moe_intermediate_size"] = moe.moe_ffn_hidden_size;
@@ -954,7 +1018,6 @@ void add_deepseek_v3_config(const HfModel& hf, nlohmann::json* out) {
   int64_t dense = 0;
   while (dense < m.num_layers && moe.layer_pattern[static_cast<size_t>(dense)] == 0) ++dense;
   j["first_k_dense_replace"] = dense;
-  j["num_nextn_predict_layers"] = hf.mtp_layers;
 }
 
 // transformers 5.x saves RoPE as "rope_parameters" {"rope_type", "rope_theta", scaling keys...} and the
@@ -1081,7 +1144,8 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
   if (!m.noop_layers.empty())
     return Unimplemented(where, ": the model has --noop-layers ", m.noop_layers_flag,
                          " (identity layers), which no Hugging Face architecture Gale writes can hold");
-  if (m.experimental_attention_variant == "gdn") {  // Qwen3-Next, which nothing else writes
+  // Qwen3-Next, which nothing else writes: Gated DeltaNet layers, or gated attention alone.
+  if (m.experimental_attention_variant == "gdn" || m.attention_output_gate) {
     GALE_RETURN_IF_ERROR(qwen3_next_from_args(m, moe, where));
     out.arch = HfArchitecture::kQwen3Next;
     if (vocab_size <= 0 || vocab_size > m.padded_vocab_size)
@@ -1095,9 +1159,6 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
                          : m.apply_layernorm_1p ? "--apply-layernorm-1p"
                                                 : "--rotary-interleaved",
                          ", which no Hugging Face architecture Gale writes can hold");
-  if (m.attention_output_gate)
-    return Unimplemented(where, ": the model has --attention-output-gate, which Gale does not write to Hugging Face "
-                         "yet (Qwen3-Next's gated q_proj)");
   if (m.softmax_type != "vanilla")  // off-by-one (learnable: GptOssForCausalLM above)
     return Unimplemented(where, ": the model has --softmax-type ", m.softmax_type,
                          " (attention sinks), which no Hugging Face architecture Gale writes can hold "
@@ -1108,9 +1169,6 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
   if (!m.no_rope_pattern.empty())
     return Unimplemented(where, ": the model has --no-rope-freq ", m.no_rope_freq,
                          " (layers without RoPE), which no Hugging Face architecture Gale writes can hold");
-  if (!m.window_attn_pattern.empty())
-    return Unimplemented(where, ": the model has --window-attn-skip-freq ", m.window_attn_skip_freq,
-                         " (full-attention layers among windowed ones), which Gale does not write to Hugging Face yet");
   if (m.use_rope_scaling && !unset(m.rotary_seq_len_interpolation_factor))
     return Unimplemented(where, ": the model has both --use-rope-scaling and --rotary-seq-len-interpolation-factor; "
                          "a Hugging Face rope_scaling holds one of them (llama3 or linear)");
@@ -1166,6 +1224,13 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
                          "); supported: GPT2LMHeadModel (LayerNorm, GeLU, learned_absolute, biases, tied, MHA) and "
                          "LlamaForCausalLM / Qwen2ForCausalLM (RMSNorm, SwiGLU, rope with --rotary-percent 1, "
                          "--disable-bias-linear)");
+  // --window-attn-skip-freq (full-attention layers among windowed ones): Qwen2's and Qwen3's layer_types.
+  if (!m.window_attn_pattern.empty() && m.sliding_window != kUnset && out.arch != HfArchitecture::kQwen2 &&
+      out.arch != HfArchitecture::kQwen3)
+    return Unimplemented(where, ": the model has --window-attn-skip-freq ", m.window_attn_skip_freq,
+                         " (full-attention layers among windowed ones), which ", hf_architecture_name(out.arch),
+                         " cannot hold (written as Qwen2ForCausalLM with --add-qkv-bias or Qwen3ForCausalLM with "
+                         "--qk-layernorm: layer_types, or GptOssForCausalLM)");
   if (m.sliding_window != kUnset && (out.arch == HfArchitecture::kGpt2 || out.arch == HfArchitecture::kDeepseekV3 ||
                                      out.arch == HfArchitecture::kQwen3Moe))
     return Unimplemented(where, ": the model has --sliding-window ", m.sliding_window, ", which ",
@@ -1250,10 +1315,20 @@ nlohmann::json hf_config_json(const HfModel& hf, const std::string& torch_dtype)
     } else if (hf.arch == HfArchitecture::kQwen2 || hf.arch == HfArchitecture::kQwen2Moe ||
                hf.arch == HfArchitecture::kQwen3) {
       if (hf.arch == HfArchitecture::kQwen3) j["attention_bias"] = false;
-      // With --sliding-window every layer has it: max_window_layers 0 (layers i >= 0 are windowed).
+      // With --sliding-window every layer has it: max_window_layers 0 (layers i >= 0 are windowed). With
+      // --window-attn-skip-freq (Qwen2 and Qwen3 only) layer_types lists the layers (transformers >= 4.53
+      // reads it) and max_window_layers counts the leading full-attention layers (the same layers when
+      // the windowed ones are a suffix).
       j["use_sliding_window"] = window;
       j["sliding_window"] = window ? m.sliding_window : m.max_position_embeddings;
       j["max_window_layers"] = window ? 0 : m.num_layers;
+      if (window && !m.window_attn_pattern.empty()) {
+        nlohmann::json types = nlohmann::json::array();
+        for (int f : m.window_attn_pattern) types.push_back(f != 0 ? "sliding_attention" : "full_attention");
+        j["layer_types"] = types;
+        j["max_window_layers"] = std::find(m.window_attn_pattern.begin(), m.window_attn_pattern.end(), 1) -
+                                 m.window_attn_pattern.begin();
+      }
       if (hf.arch == HfArchitecture::kQwen2Moe) add_qwen_moe_config(hf.moe, m.num_layers, true, &j);
     } else if (hf.arch == HfArchitecture::kQwen3Moe) {
       j["attention_bias"] = false;

@@ -6,9 +6,11 @@
 //   MistralForCausalLM  LLaMA + sliding_window W -> --sliding-window W (none when null or at least
 //                       max_position_embeddings; absent: 4096, transformers' default); a LLaMA-shaped model with --sliding-window is
 //                       written as Mistral. Qwen2 / Qwen2-MoE / Qwen3: use_sliding_window with
-//                       sliding_window W in every layer (max_window_layers 0, or layer_types all
-//                       "sliding_attention") -> --sliding-window W, written back that way; a window in
-//                       only some layers is refused (Gale's window applies to every layer).
+//                       sliding_window W in the layers i >= max_window_layers, or those layer_types names
+//                       "sliding_attention": in every layer -> --sliding-window W (written back with
+//                       max_window_layers 0); in only some layers of a Qwen2 / Qwen3 -> --sliding-window W
+//                       --window-attn-skip-freq as a list (1: windowed), written back as layer_types and
+//                       max_window_layers (the leading full layers); Qwen2-MoE's partial windows are refused.
 //   MixtralForCausalLM  Mistral with a SwiGLU mixture of experts in every layer: num_local_experts ->
 //                       --num-experts, num_experts_per_tok -> --moe-router-topk, intermediate_size ->
 //                       --moe-ffn-hidden-size (and --ffn-hidden-size). Mixtral's routing (softmax over
@@ -39,11 +41,14 @@
 //                       linear_* sizes -> --linear-*) and gated full attention (--attention-output-gate,
 //                       --qk-layernorm, partial_rotary_factor -> --rotary-percent), zero-centred RMSNorms
 //                       (--apply-layernorm-1p), and Qwen2-MoE's sparse layers (gated shared expert).
-//                       A Gated DeltaNet model is written as Qwen3-Next only with all of these and MoE
-//                       with a gated shared expert (qwen3_next_from_args); rope_theta and
-//                       partial_rotary_factor are written in rope_parameters (transformers 5.x).
+//                       No linear_attention layer: gated attention alone (--attention-output-gate without
+//                       an attention variant); num_experts 0 or no sparse layer: every MLP dense. A Gated
+//                       DeltaNet or --attention-output-gate model is written as Qwen3-Next only with all of
+//                       these, and MoE (if any) with a gated shared expert (qwen3_next_from_args);
+//                       rope_theta and partial_rotary_factor are written in rope_parameters (transformers 5.x).
 //   DeepseekV3ForCausalLM multi-latent attention (--multi-latent-attention --qk-layernorm): q_lora_rank
-//                       (null: a direct query projection), kv_lora_rank, qk_nope_head_dim -> --qk-head-dim,
+//                       (null, a direct query projection, is refused: transformers does not norm its input,
+//                       Megatron's --qk-layernorm does), kv_lora_rank, qk_nope_head_dim -> --qk-head-dim,
 //                       qk_rope_head_dim -> --qk-pos-emb-head-dim, v_head_dim; rope_scaling yarn ->
 //                       --rotary-scaling-factor / --mscale / --mscale-all-dim (only Gale's fixed YaRN
 //                       constants: original_max_position_embeddings 4096, beta_fast 32, beta_slow 1, factor
@@ -57,7 +62,9 @@
 //                       (--moe-router-topk-scaling-factor), renormalised over the k (norm_topk_prob must be
 //                       true when k > 1, false when k = 1), and n_shared_experts x moe_intermediate_size ->
 //                       --moe-shared-expert-intermediate-size (no gate); num_nextn_predict_layers D > 0 ->
-//                       --mtp-num-layers D (multi-token prediction, train/hf_weights.h). Refused:
+//                       --mtp-num-layers D (multi-token prediction, train/hf_weights.h). first_k_dense_replace
+//                       (default 3) >= num_hidden_layers: a dense MLA model (no expert keys read or written;
+//                       with MTP layers refused). Refused:
 //                       attention_bias, quantization_config, scoring_func other than sigmoid, topk_method
 //                       other than noaux_tc.
 //

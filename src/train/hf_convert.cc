@@ -126,20 +126,27 @@ Status convert_hf_to_gale(const HfToGaleOptions& o, const ConvertLog& log) {
                 " is a training flag: pass --moe-aux-loss-coeff to gale pretrain)"));
   if (m.arch == HfArchitecture::kDeepseekV3)
     log(str_cat("multi-latent attention: q_lora_rank ", m.model.q_lora_rank, ", kv_lora_rank ", m.model.kv_lora_rank,
-                ", YaRN factor ", m.model.rotary_scaling_factor, "; shared expert: ffn ",
-                m.moe.moe_shared_expert_intermediate_size, ", ungated; MoE layers ", m.moe.moe_layer_freq,
-                ", routing sigmoid + expert bias, scaling ", m.moe.moe_router_topk_scaling_factor,
-                m.moe.moe_router_group_topk != kUnset
-                    ? str_cat(", best ", m.moe.moe_router_group_topk, " of ", m.moe.moe_router_num_groups, " groups")
-                    : std::string()));
+                ", YaRN factor ", m.model.rotary_scaling_factor, "; ",
+                !m.moe.enabled()
+                    ? str_cat("dense (first_k_dense_replace >= ", m.model.num_layers, " layers: no experts)")
+                    : str_cat("shared expert: ffn ", m.moe.moe_shared_expert_intermediate_size, ", ungated; MoE layers ",
+                              m.moe.moe_layer_freq, ", routing sigmoid + expert bias, scaling ",
+                              m.moe.moe_router_topk_scaling_factor,
+                              m.moe.moe_router_group_topk != kUnset
+                                  ? str_cat(", best ", m.moe.moe_router_group_topk, " of ",
+                                            m.moe.moe_router_num_groups, " groups")
+                                  : std::string())));
   else if (m.moe.enabled() && m.moe.moe_shared_expert_intermediate_size != kUnset)
     log(str_cat("shared expert: ffn ", m.moe.moe_shared_expert_intermediate_size, ", gated; MoE layers ",
                 m.moe.moe_layer_freq, ", routing ",
                 m.moe.moe_router_pre_softmax ? "--moe-router-pre-softmax (norm_topk_prob false)"
                                              : "Megatron's default (norm_topk_prob true)"));
   if (m.arch == HfArchitecture::kQwen3Next)
-    log(str_cat("Gated DeltaNet layers (1) and gated full attention (0): ", m.model.linear_attention_freq,
-                "; --rotary-percent ", m.model.rotary_percent, ", --apply-layernorm-1p"));
+    log(str_cat(m.model.linear_attention_pattern.empty()
+                    ? std::string("gated full attention in every layer (--attention-output-gate, no Gated DeltaNet)")
+                    : "Gated DeltaNet layers (1) and gated full attention (0): " + m.model.linear_attention_freq,
+                "; --rotary-percent ", m.model.rotary_percent, ", --apply-layernorm-1p",
+                m.moe.enabled() ? std::string() : std::string("; no experts (every MLP dense)")));
   if (m.arch == HfArchitecture::kGptOss)
     log(str_cat("gpt-oss: attention sinks (--softmax-type learnable), biases (--add-bias-linear, router included), "
                 "--quick-geglu --glu-linear-offset 1 --activation-func-clamp-value 7, ",
@@ -149,6 +156,11 @@ Status convert_hf_to_gale(const HfToGaleOptions& o, const ConvertLog& log) {
                                                                   : " --window-attn-skip-freq " + m.model.window_attn_skip_freq)
                     : std::string("no sliding window"),
                 ", --position-embedding-type ", m.model.position_embedding_type));
+  if ((m.arch == HfArchitecture::kQwen2 || m.arch == HfArchitecture::kQwen3) && m.model.sliding_window != kUnset)
+    log(str_cat("--sliding-window ", m.model.sliding_window,
+                m.model.window_attn_pattern.empty() ? std::string(" in every layer")
+                                                    : " --window-attn-skip-freq " + m.model.window_attn_skip_freq,
+                " (1: sliding_attention)"));
   if (m.arch == HfArchitecture::kQwen3Moe)
     log(str_cat("no shared expert; MoE layers ", m.moe.moe_layer_freq, ", routing ",
                 m.moe.moe_router_pre_softmax ? "--moe-router-pre-softmax (norm_topk_prob false)"

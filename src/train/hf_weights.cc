@@ -595,6 +595,18 @@ Status qwen3_next_gdn_to_gale(const HfModel& m, int64_t i, Mapper& mp) {
   return Status::Ok();
 }
 
+// Gale's names of a Qwen3-Next layer's two norms: with GDN layers (a hybrid stack, Megatron's TE spec)
+// the attention's input norm is fused into linear_qkv and a dense layer's MLP norm into linear_fc1;
+// without them (gated attention alone, Gale's GPT layer) they are input_layernorm / pre_mlp_layernorm.
+const char* qwen3_next_attention_norm(const HfModel& m) {
+  return m.model.linear_attention_pattern.empty() ? "input_layernorm.weight"
+                                                  : "self_attention.linear_qkv.layer_norm_weight";
+}
+const char* qwen3_next_mlp_norm(const HfModel& m, bool moe) {
+  return moe || m.model.linear_attention_pattern.empty() ? "pre_mlp_layernorm.weight"
+                                                         : "mlp.linear_fc1.layer_norm_weight";
+}
+
 // Qwen3-Next's gated full-attention layer i: q_proj [NH·2·HD, H] holds per head [query_h | gate_h];
 // Megatron's --attention-output-gate linear_qkv holds per query group [q heads | gate heads | k | v].
 // The norms (input_layernorm, q_norm, k_norm) are zero-centred on both sides: copied.
@@ -602,7 +614,7 @@ Status qwen3_next_attention_to_gale(const HfModel& m, int64_t i, Mapper& mp) {
   const Dims d = dims(m);
   const int64_t per = d.NH / d.KV;
   GALE_ASSIGN_OR_RETURN(Tensor norm, mp.get(llama_layer(i, "input_layernorm.weight"), {d.H}));
-  mp.put(gale_layer(i, "self_attention.linear_qkv.layer_norm_weight"), norm);
+  mp.put(gale_layer(i, qwen3_next_attention_norm(m)), norm);
   GALE_ASSIGN_OR_RETURN(Tensor qg, mp.get(llama_layer(i, "self_attn.q_proj.weight"), {2 * d.NH * d.HD, d.H}));
   GALE_ASSIGN_OR_RETURN(Tensor k, mp.get(llama_layer(i, "self_attn.k_proj.weight"), {d.KV * d.HD, d.H}));
   GALE_ASSIGN_OR_RETURN(Tensor v, mp.get(llama_layer(i, "self_attn.v_proj.weight"), {d.KV * d.HD, d.H}));
@@ -627,6 +639,13 @@ Status qwen3_next_attention_to_gale(const HfModel& m, int64_t i, Mapper& mp) {
   return Status::Ok();
 }
 
+// Whether Qwen3-Next layer i is a Gated DeltaNet layer: --linear-attention-freq's 1s; a model without
+// GDN (--attention-output-gate alone) has gated attention in every layer.
+bool qwen3_next_gdn_layer(const HfModel& m, int64_t i) {
+  const std::vector<int>& p = m.model.linear_attention_pattern;
+  return !p.empty() && p.at(static_cast<size_t>(i)) != 0;
+}
+
 // Qwen3NextForCausalLM -> Gale: GDN or gated attention per --linear-attention-freq's
 // pattern, then the MLP (a MoE layer's norm is pre_mlp_layernorm, a dense layer's is fused into
 // linear_fc1 as Megatron's TE spec names it); every RMSNorm weight is zero-centred on both sides.
@@ -635,12 +654,12 @@ Status qwen3_next_to_gale(const HfModel& m, Mapper& mp) {
   GALE_ASSIGN_OR_RETURN(Tensor emb, mp.get("model.embed_tokens.weight", {d.V, d.H}));
   mp.put("embedding.word_embeddings.weight", pad_rows(emb, d.Vp));
   for (int64_t i = 0; i < m.model.num_layers; ++i) {
-    GALE_RETURN_IF_ERROR(m.model.linear_attention_pattern.at(static_cast<size_t>(i)) != 0
+    GALE_RETURN_IF_ERROR(qwen3_next_gdn_layer(m, i)
                              ? qwen3_next_gdn_to_gale(m, i, mp)
                              : qwen3_next_attention_to_gale(m, i, mp));
     const bool moe = moe_layer(m, i);
     GALE_ASSIGN_OR_RETURN(Tensor n2, mp.get(llama_layer(i, "post_attention_layernorm.weight"), {d.H}));
-    mp.put(gale_layer(i, moe ? "pre_mlp_layernorm.weight" : "mlp.linear_fc1.layer_norm_weight"), n2);
+    mp.put(gale_layer(i, qwen3_next_mlp_norm(m, moe)), n2);
     GALE_RETURN_IF_ERROR(moe ? qwen_moe_experts_to_gale(m, i, mp)
                              : swiglu_mlp_to_gale(llama_layer(i, "mlp."), gale_layer(i, "mlp."), d.F, d.H, mp));
   }
@@ -695,7 +714,7 @@ Status gale_to_qwen3_next_gdn(const HfModel& m, int64_t i, Mapper& mp) {
 Status gale_to_qwen3_next_attention(const HfModel& m, int64_t i, Mapper& mp) {
   const Dims d = dims(m);
   const int64_t per = d.NH / d.KV;
-  GALE_ASSIGN_OR_RETURN(Tensor norm, mp.get(gale_layer(i, "self_attention.linear_qkv.layer_norm_weight"), {d.H}));
+  GALE_ASSIGN_OR_RETURN(Tensor norm, mp.get(gale_layer(i, qwen3_next_attention_norm(m)), {d.H}));
   mp.put(llama_layer(i, "input_layernorm.weight"), norm);
   GALE_ASSIGN_OR_RETURN(Tensor qkv, mp.get(gale_layer(i, "self_attention.linear_qkv.weight"),
                                            {(2 * d.NH + 2 * d.KV) * d.HD, d.H}));
@@ -729,12 +748,11 @@ Status gale_to_qwen3_next(const HfModel& m, Mapper& mp) {
   GALE_ASSIGN_OR_RETURN(Tensor emb, mp.get("embedding.word_embeddings.weight", {d.Vp, d.H}));
   mp.put("model.embed_tokens.weight", rows(emb, 0, d.V));
   for (int64_t i = 0; i < m.model.num_layers; ++i) {
-    GALE_RETURN_IF_ERROR(m.model.linear_attention_pattern.at(static_cast<size_t>(i)) != 0
+    GALE_RETURN_IF_ERROR(qwen3_next_gdn_layer(m, i)
                              ? gale_to_qwen3_next_gdn(m, i, mp)
                              : gale_to_qwen3_next_attention(m, i, mp));
     const bool moe = moe_layer(m, i);
-    GALE_ASSIGN_OR_RETURN(Tensor n2, mp.get(gale_layer(i, moe ? "pre_mlp_layernorm.weight"
-                                                              : "mlp.linear_fc1.layer_norm_weight"), {d.H}));
+    GALE_ASSIGN_OR_RETURN(Tensor n2, mp.get(gale_layer(i, qwen3_next_mlp_norm(m, moe)), {d.H}));
     mp.put(llama_layer(i, "post_attention_layernorm.weight"), n2);
     GALE_RETURN_IF_ERROR(moe ? gale_experts_to_qwen_moe(m, i, mp)
                              : gale_to_swiglu_mlp(gale_layer(i, "mlp."), llama_layer(i, "mlp."), d.F, d.H, mp));

@@ -40,6 +40,8 @@
 //   self_attn.{q,k}_norm, o_proj                 -> self_attention.{q,k}_layernorm, linear_proj
 // and post_attention_layernorm -> pre_mlp_layernorm (MoE layers, Qwen2-MoE's tensors) or
 // mlp.linear_fc1.layer_norm_weight (dense layers); the files' mtp.* layers are left out.
+// Without GDN layers (--attention-output-gate alone) Gale's layer is the plain GPT one: the two norms are
+// input_layernorm.weight and pre_mlp_layernorm.weight.
 // DeepSeek-V3 (MLA; tensors copied row for row, both sides store DeepSeek's layouts and rotate q_pe /
 // k_pe interleaved):
 //   self_attn.q_a_proj [Cq, H], q_a_layernorm [Cq], q_b_proj [NH·(Dn+R), Cq]

@@ -96,6 +96,8 @@ std::vector<size_t> step(GPTModel& model, KvBlockPool& pool, MambaStatePool& mam
     rr.blocks = q->blocks;
     rr.mamba_slot = q->mamba_slot;
     rr.cached = q->cached;
+    // Speculative decoding of a model with recurrent layers: the states after each verification row.
+    rr.keep_steps = q->prefilled && mamba.steps() > 0;
     if (!q->prefilled) {
       tokens.insert(tokens.end(), q->prompt.begin(), q->prompt.end());
     } else {
@@ -161,6 +163,9 @@ std::vector<size_t> step(GPTModel& model, KvBlockPool& pool, MambaStatePool& mam
     q.drafts.clear();
     // KV rollback: the positions of the rejected drafts are dropped (the next step overwrites them).
     q.cached = p0 + (prefill ? rows : 1 + accepted);
+    // Recurrent states' rollback (Megatron's mamba_state_selective_copy): the state after the last
+    // accepted row (the slot already holds the one after the last row).
+    if (!prefill && accepted < d && q.mamba_slot >= 0) mamba.keep_step(q.mamba_slot, accepted);
     if (done) {
       finished.push_back(i);
     } else if (spec) {
@@ -171,6 +176,11 @@ std::vector<size_t> step(GPTModel& model, KvBlockPool& pool, MambaStatePool& mam
   }
   if (spec && !cont.empty()) draft(model, hidden, batch, cont, cont_rows, o);
   return finished;
+}
+
+// The verification rows whose recurrent states a slot keeps: N + 1 with N drafts (none without).
+int64_t state_steps(const EngineOptions& o) {
+  return o.num_speculative_tokens > 0 ? o.num_speculative_tokens + 1 : 0;
 }
 
 // Requests that generate nothing (no new tokens asked, or the prompt fills every position) are done
@@ -198,7 +208,7 @@ StatusOr<EngineResult> run_static(GPTModel& model, std::vector<Request>& all, co
   for (size_t first = 0; first < todo.size(); first += static_cast<size_t>(o.max_requests)) {
     const size_t n = std::min(todo.size() - first, static_cast<size_t>(o.max_requests));
     KvBlockPool pool(model.config(), model.partition(), o.kv_length, static_cast<int64_t>(n));
-    MambaStatePool mamba(model.config(), model.partition(), static_cast<int64_t>(n));
+    MambaStatePool mamba(model.config(), model.partition(), static_cast<int64_t>(n), state_steps(o));
     r.kv_bytes_allocated = std::max(r.kv_bytes_allocated, pool.block_bytes() * pool.num_blocks());
     r.peak_kv_bytes = std::max(r.peak_kv_bytes, pool.block_bytes() * pool.num_blocks());
     r.mamba_state_bytes = std::max(r.mamba_state_bytes, mamba.has_layers() ? mamba.slot_bytes() * mamba.slots() : 0);
@@ -238,7 +248,7 @@ StatusOr<EngineResult> run_dynamic(GPTModel& model, std::vector<Request>& all, c
   // A hybrid model's Mamba states: one slot per request in the context (active or paused), at most
   // max_requests and the number of requests.
   MambaStatePool mamba(model.config(), model.partition(),
-                       std::min<int64_t>(b.max_requests, static_cast<int64_t>(waiting.size())));
+                       std::min<int64_t>(b.max_requests, static_cast<int64_t>(waiting.size())), state_steps(o));
   r.mamba_state_bytes = mamba.has_layers() ? mamba.slot_bytes() * mamba.slots() : 0;
   std::vector<Request*> active;  // decoding or about to prefill, in admission order
   std::deque<Request*> paused;
@@ -368,9 +378,6 @@ Status check_speculative_decoding(const GPTModel& model, const EngineOptions& o)
   const int64_t n = o.num_speculative_tokens;
   if (n == 0) return Status::Ok();
   if (n < 0) return InvalidArgument("--num-speculative-tokens: expected a non-negative integer, found ", n);
-  if (MambaStatePool(model.config(), model.partition(), 1).has_layers())
-    return Unimplemented("--num-speculative-tokens with a model with Mamba or Gated DeltaNet layers: not supported ",
-                         "yet (their decoding states would have to be rolled back past the rejected drafts)");
   if (model.num_mtp_layers() == 0)
     return InvalidArgument("--num-speculative-tokens ", n, " needs a model with multi-token prediction layers ",
                            "(--mtp-num-layers, as the checkpoint was trained with); found none");

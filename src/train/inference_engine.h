@@ -41,6 +41,10 @@
 // logits, same draws), so the tokens are those of N = 0. A request drafts fewer tokens near its
 // --max-new-tokens or the last position. Drafts per step need room in the request's blocks: a
 // decoding request pauses when its blocks cannot hold its N + 1 rows (N < the block size).
+// A model with recurrent layers (a GDN model's GDN layers; a hybrid model's Mamba layers) rolls
+// their states back too, as Megatron main does: the verification forward keeps each request's
+// states after each of its N + 1 rows (model/mamba_state.h, slots with N + 1 step buffers), and
+// the state after the last accepted row becomes the request's state.
 //
 // A hybrid Mamba model (--is-hybrid-model): the blocks hold only its attention layers' keys and
 // values; each request also holds a Mamba state slot (model/mamba_state.h) from when it joins
@@ -115,7 +119,8 @@ struct EngineResult {
   int64_t joined_mid_flight = 0;  // dynamic: requests that joined while others were decoding
   int64_t free_blocks_at_end = 0, num_blocks = 0;  // dynamic: every block is back at the end
   // A hybrid model's Mamba states (model/mamba_state.h; 0 without Mamba layers): the bytes of the
-  // slots allocated (static: the largest batch's; dynamic: min(max_requests, requests) slots), and
+  // slots allocated (static: the largest batch's; dynamic: min(max_requests, requests) slots; with
+  // --num-speculative-tokens N each slot's N + 1 step buffers included), and
   // under dynamic batching the slots and those free at the end (all of them).
   int64_t mamba_state_bytes = 0;
   int64_t mamba_slots = 0, free_mamba_slots_at_end = 0;
@@ -126,8 +131,7 @@ struct EngineResult {
 };
 
 // Megatron's checks of --num-speculative-tokens N > 0 (errors name the flag): N ≤ the model's MTP
-// layers (none: an error), N < the block size under dynamic batching; and what Gale does not do
-// (a model with Mamba or Gated DeltaNet layers, whose states cannot roll back).
+// layers (none: an error), N < the block size under dynamic batching.
 Status check_speculative_decoding(const GPTModel& model, const EngineOptions& options);
 
 // Speculative decoding's KV rollback (Megatron's rewind_kv_cache): a request whose positions

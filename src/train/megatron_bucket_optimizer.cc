@@ -178,6 +178,18 @@ int64_t numel_of(const Shape& s) {
   return n;
 }
 
+const char kEmbedding[] = "embedding.word_embeddings.weight";
+
+// Tied embeddings at PP > 1: the checkpoint saves the embedding alone (the last stage's output layer as its replica).
+Status check_tied_checkpoint(const DcpCheckpoint& c, const std::string& dir) {
+  if (c.tensors().count("output_layer.weight") || !c.tensors().count(kEmbedding))
+    return DataLoss(dir, ": Megatron's args record tied embeddings (no untie_embeddings_and_output_weights) at PP > 1, "
+                    "but the checkpoint holds ", c.tensors().count(kEmbedding) ? "an output_layer.weight" : str_cat(
+                    "no ", kEmbedding), ": expected the embedding alone (the last stage's output layer saved as its "
+                    "replica); ", kOutWay);
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<std::vector<MegatronBucketParam>> megatron_parameter_order(const DcpCheckpoint& c, const std::string& impl,
@@ -202,6 +214,9 @@ StatusOr<std::vector<MegatronBucketParam>> megatron_parameter_order(const DcpChe
       if (r <= 1 ? !rank.first_stage : !rank.last_stage) continue;  // the embedding; the final norm, output layer
       GALE_ASSIGN_OR_RETURN(Shape piece, tp_piece(key, info.shape, rank, dir));
       ranked.emplace_back(r, 0, 0, MegatronBucketParam{key, -1, numel_of(piece), 0, 0, piece});
+      // Tied at PP > 1: the first stage's word embedding is Megatron's shared_embedding.
+      std::get<3>(ranked.back()).own_bucket =
+          rank.tied_embeddings && r == 0 && rank.first_stage && !rank.last_stage;
       continue;
     }
     std::string sub = key.substr(kLayers.size());
@@ -226,6 +241,14 @@ StatusOr<std::vector<MegatronBucketParam>> megatron_parameter_order(const DcpChe
     for (int64_t l = std::max<int64_t>(first, 0); l < std::min(last, num_layers); ++l)
       ranked.emplace_back(2, l, r, MegatronBucketParam{key, l, numel_of(piece), 0, 0, piece});
   }
+  // Tied embeddings: the last stage's copy of the word embedding (GPTModel's output_layer.weight, which the checkpoint
+  // saves as a replica of the embedding) sits at the output layer's place.
+  if (rank.tied_embeddings && rank.last_stage && !rank.first_stage) {
+    GALE_RETURN_IF_ERROR(check_tied_checkpoint(c, dir));
+    GALE_ASSIGN_OR_RETURN(Shape piece, tp_piece(kEmbedding, c.tensors().at(kEmbedding).shape, rank, dir));
+    ranked.emplace_back(top_rank("output_layer.weight"), 0, 0,
+                        MegatronBucketParam{kEmbedding, -1, numel_of(piece), 0, 0, piece, /*own_bucket=*/true});
+  }
   std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
     return std::tie(std::get<0>(a), std::get<1>(a), std::get<2>(a)) <
            std::tie(std::get<0>(b), std::get<1>(b), std::get<2>(b));
@@ -246,11 +269,17 @@ MegatronBucketLayout megatron_bucket_layout(std::vector<MegatronBucketParam> par
   bool open = false;
   for (MegatronBucketParam& p : params) {
     at = round_up(at, 64);
+    if (p.own_bucket && open) {  // the open bucket ends where the shared embedding would start
+      l.bucket_numel_unpadded.push_back(at - bucket_begin);
+      bucket_begin = at = round_up(at, 128);
+      ++bucket;
+      open = false;
+    }
     p.bucket = bucket;
     p.begin = at - bucket_begin;
     end = at + p.numel;
     open = true;
-    if (bucket_size > 0 && end - bucket_begin >= bucket_size) {
+    if ((bucket_size > 0 && end - bucket_begin >= bucket_size) || p.own_bucket) {
       l.bucket_numel_unpadded.push_back(end - bucket_begin);
       bucket_begin = at = round_up(end, 128);
       ++bucket;
@@ -391,6 +420,51 @@ using RankState = std::map<std::string, std::map<std::pair<std::string, int64_t>
 
 }  // namespace
 
+StatusOr<std::vector<int64_t>> megatron_stage_layers(const PyValue* args, int64_t pp, int64_t num_layers,
+                                                     const std::string& what) {
+  const auto flag_on = [&](const char* name) {
+    const PyValue* v = args ? args->attr(name) : nullptr;
+    return v && v->kind == PyValue::kBool && v->b;
+  };
+  const int64_t first = int_attr(args, "decoder_first_pipeline_num_layers", -1);
+  const int64_t last = int_attr(args, "decoder_last_pipeline_num_layers", -1);
+  const int64_t embedding = flag_on("account_for_embedding_in_pipeline_split") ? 1 : 0;
+  const int64_t loss = flag_on("account_for_loss_in_pipeline_split") ? 1 : 0;
+  const std::string args_text =
+      str_cat("args.num_layers ", num_layers, ", pipeline_model_parallel_size ", pp,
+              first >= 0 ? str_cat(", decoder_first_pipeline_num_layers ", first) : std::string(),
+              last >= 0 ? str_cat(", decoder_last_pipeline_num_layers ", last) : std::string(),
+              embedding ? ", account_for_embedding_in_pipeline_split" : "",
+              loss ? ", account_for_loss_in_pipeline_split" : "");
+  auto refuse = [&](const std::string& why) {
+    return DataLoss(what, ": Megatron's ", args_text, ": ", why, " (Megatron's own pipeline split refuses them); ",
+                    kOutWay);
+  };
+  if (num_layers < 1) return refuse("expected num_layers >= 1");
+  std::vector<int64_t> out(static_cast<size_t>(pp));
+  if (first >= 0 || last >= 0) {
+    if (embedding + loss > 0) return refuse("expected the first/last stage sizes or the account_for flags, not both");
+    const int64_t middle_stages = pp - (first >= 0 ? 1 : 0) - (last >= 0 ? 1 : 0);
+    const int64_t middle_layers = num_layers - std::max<int64_t>(first, 0) - std::max<int64_t>(last, 0);
+    if (middle_layers < 0 || (middle_stages == 0 ? middle_layers != 0 : middle_layers % middle_stages != 0))
+      return refuse(str_cat("expected the ", middle_layers, " other layers to split evenly over the ", middle_stages,
+                            " other stages"));
+    std::fill(out.begin(), out.end(), middle_stages > 0 ? middle_layers / middle_stages : 0);
+    if (first >= 0) out.front() = first;
+    if (last >= 0) out.back() = last;
+  } else if (embedding + loss > 0) {  // the embedding and the loss each count as a layer of the first / last stage
+    if ((num_layers + embedding + loss) % pp != 0)
+      return refuse("expected num_layers plus the accounted embedding and loss to divide by PP");
+    std::fill(out.begin(), out.end(), (num_layers + embedding + loss) / pp);
+    out.front() -= embedding;
+    out.back() -= loss;
+  } else {
+    if (num_layers % pp != 0) return refuse("expected num_layers divisible by PP");
+    std::fill(out.begin(), out.end(), num_layers / pp);
+  }
+  return out;
+}
+
 Status read_megatron_bucket_state(const DcpCheckpoint& c, const PyValue* args, const std::string& dir,
                                   MegatronOptimizerState* o) {
   const std::string what = str_cat(dir, ": Megatron's distributed optimizer state in the '", o->layout, "' layout");
@@ -403,27 +477,20 @@ Status read_megatron_bucket_state(const DcpCheckpoint& c, const PyValue* args, c
   if (const int64_t e = int_attr(args, "num_experts", 0); e > 0)
     return Unimplemented(what, " with args.num_experts ", e, ": not supported yet (the expert parameters' buffers); ",
                          kOutWay);
+  std::vector<int64_t> stage_layers(static_cast<size_t>(pp), pp > 1 ? num_layers / pp : -1);
   if (pp > 1) {
     for (const char* name : {"virtual_pipeline_model_parallel_size", "num_layers_per_virtual_pipeline_stage",
-                             "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
-                             "pipeline_model_parallel_layout", "account_for_embedding_in_pipeline_split",
-                             "account_for_loss_in_pipeline_split"}) {
+                             "pipeline_model_parallel_layout"}) {
       const std::string v = set_attr(args, name);
       if (!v.empty() && !(v == "1" && std::string(name) == "virtual_pipeline_model_parallel_size"))
         return Unimplemented(what, " saved at PP ", pp, " with args.", name, " ", v, ": not supported yet (Gale "
-                             "rebuilds the buffers of Megatron's even pipeline split, one model chunk per stage); ",
-                             kOutWay);
+                             "rebuilds the buffers of one model chunk per stage); ", kOutWay);
     }
-    if (num_layers < 1 || num_layers % pp != 0)
-      return Unimplemented(what, " saved at PP ", pp, " with args.num_layers ", num_layers, ": not supported yet "
-                           "(Gale rebuilds the buffers of Megatron's even pipeline split, which needs num_layers "
-                           "divisible by PP); ", kOutWay);
-    const PyValue* untie = args ? args->attr("untie_embeddings_and_output_weights") : nullptr;
-    if (!(untie && untie->kind == PyValue::kBool && untie->b))
-      return Unimplemented(what, " saved at PP ", pp, " with tied embeddings (no "
-                           "untie_embeddings_and_output_weights): not supported yet (the last stage's own copy of the "
-                           "embedding in its buffers); ", kOutWay);
+    GALE_ASSIGN_OR_RETURN(stage_layers, megatron_stage_layers(args, pp, num_layers, what));
   }
+  const PyValue* untie = args ? args->attr("untie_embeddings_and_output_weights") : nullptr;
+  const bool tied = !(untie && untie->kind == PyValue::kBool && untie->b);
+  if (tied && pp > 1) GALE_RETURN_IF_ERROR(check_tied_checkpoint(c, dir));  // before the first stage's buckets
   const PyValue* impl = args ? args->attr("transformer_impl") : nullptr;
   if (impl == nullptr || impl->kind != PyValue::kString)
     return Unimplemented(what, ": Megatron's args record no transformer_impl, which sets the order of the "
@@ -451,11 +518,12 @@ Status read_megatron_bucket_state(const DcpCheckpoint& c, const PyValue* args, c
       MegatronModelRank rank;
       rank.tp_size = tp;
       rank.tp_rank = t;
-      rank.num_layers = pp > 1 ? num_layers / pp : -1;
-      rank.first_layer = pp > 1 ? p * rank.num_layers : 0;
+      rank.num_layers = stage_layers[static_cast<size_t>(p)];
+      for (int64_t q = 0; q < p; ++q) rank.first_layer += stage_layers[static_cast<size_t>(q)];
       rank.first_stage = p == 0;
       rank.last_stage = p == pp - 1;
       rank.swiglu = gated;
+      rank.tied_embeddings = tied;
       GALE_ASSIGN_OR_RETURN(std::vector<MegatronBucketParam> order,
                             megatron_parameter_order(c, impl->s, num_layers, dir, rank));
       int64_t num_parameters = 0;
@@ -531,6 +599,21 @@ Status read_megatron_bucket_state(const DcpCheckpoint& c, const PyValue* args, c
         }
         GALE_ASSIGN_OR_RETURN(Tensor whole, megatron_merge_tp(parts, megatron_split_of(key, gated), key, what));
         Tensor& dst = global[state][key];
+        if (tied && pp > 1 && p == pp - 1 && key == kEmbedding) {
+          // The last stage's copy of the tied embedding: Megatron all-reduces both copies' gradients over the
+          // embedding group, so its state must be the first stage's, bit for bit.
+          if (!dst.defined() || dst.numel() != whole.numel() ||
+              std::memcmp(dst.raw(), whole.raw(), static_cast<size_t>(whole.numel()) * sizeof(float)) != 0) {
+            int64_t differ = 0;
+            for (int64_t i = 0; dst.defined() && i < std::min(dst.numel(), whole.numel()); ++i)
+              differ += dst.data<float>()[i] != whole.data<float>()[i];
+            return DataLoss(what, ": the last pipeline stage's copy of the tied word embedding (its output_layer."
+                            "weight) holds another '", state == "fp32_param" ? "param" : state, "' state than the "
+                            "first stage's embedding (", differ, " of ", whole.numel(), " elements differ): expected "
+                            "equal copies, as Megatron keeps them; ", kOutWay);
+          }
+          continue;
+        }
         if (!dst.defined()) dst = Tensor::zeros(c.tensors().at(key).shape, DType::kF32);
         if (whole.numel() * (layer >= 0 ? c.tensors().at(key).shape[0] : 1) != dst.numel())
           return DataLoss(what, ": the merged '", state, "' of '", key, "' has shape ", whole.shape_string(),

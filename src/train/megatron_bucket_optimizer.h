@@ -28,18 +28,25 @@
 // layout) under dp_group_idx_<t + TP·p> (DistributedOptimizer's data_parallel_group_idx, the rank in the TP x PP
 // group): the layout is rebuilt per rank from its local parameters (Megatron's TP pieces of each tensor,
 // megatron_tp_split.h: rows of linear_qkv / linear_fc1 (SwiGLU: [gate piece; up piece]) / word embeddings /
-// output layer, columns of linear_proj / linear_fc2, norms and row-parallel biases whole; the stage's layers — the
-// evenly split num_layers / PP from p·num_layers / PP —, the embedding on the first stage, the final norm and
+// output layer, columns of linear_proj / linear_fc2, norms and row-parallel biases whole; the stage's layers — those
+// of Megatron's split, megatron_stage_layers: even, or uneven with decoder_first/last_pipeline_num_layers or
+// account_for_embedding/loss_in_pipeline_split —, the embedding on the first stage, the final norm and
 // output layer on the last), checked against that rank's per_bucket_numel_unpadded (dp_zero_gather_scatter: its
 // gathered total) and its masters against its piece of the weights; the pieces are then merged into global tensors
 // (SwiGLU halves joined separately) at the global layer numbers.
 //
-// Refused (Unimplemented, naming --no-load-optim): pipeline splits other than the even one (virtual pipeline
-// chunks, which keep a buffer per chunk; decoder_first/last_pipeline_num_layers, pipeline_model_parallel_layout,
-// account_for_embedding/loss_in_pipeline_split; num_layers not divisible by PP), tied embeddings at PP > 1 (the
-// last stage's own copy of the embedding in its buffers), several buffers (MoE expert parameters, several
-// parameter dtypes), models whose parameter names Gale cannot place in Megatron's order, args without
-// transformer_impl. A checkpoint whose buckets disagree with the rebuilt layout is DataLoss, naming the bucket
+// Tied embeddings at PP > 1 (no args.untie_embeddings_and_output_weights): the last stage keeps its own copy of the
+// word embedding (GPTModel's output_layer.weight, saved in the model state only as a replica of the embedding), at
+// the output layer's place; both copies are Megatron's shared_embedding, which the distributed optimizer's buffer puts
+// in a bucket of its own (the open bucket closes at the copy's 64-aligned start). The copy's masters are checked
+// against the embedding's piece and its state must equal the first stage's bit for bit (Megatron all-reduces the two
+// copies' gradients), else DataLoss.
+//
+// Refused (Unimplemented, naming --no-load-optim): virtual pipeline chunks (a buffer per chunk: several gbuf_idx, the
+// chunks after the first one bucket each) and pipeline_model_parallel_layout, several buffers (MoE expert parameters,
+// several parameter dtypes), models whose parameter names Gale cannot place in Megatron's order, args without
+// transformer_impl; a split Megatron refuses itself (num_layers not divisible by PP without the uneven flags, ...) is
+// DataLoss naming the args. A checkpoint whose buckets disagree with the rebuilt layout is DataLoss, naming the bucket
 // (and the model-parallel rank), what was expected and found.
 #pragma once
 
@@ -63,6 +70,9 @@ struct MegatronBucketParam {
   int bucket = 0;
   int64_t begin = 0;  // offset in its bucket
   Shape shape;        // its shape on the saving rank (one layer's slice, that rank's TP piece); empty: unknown
+  // Megatron's shared_embedding (tied embeddings at PP > 1: the first stage's embedding, the last stage's copy): the
+  // distributed optimizer's buffer gives it a bucket of its own (the open bucket closes at its aligned start).
+  bool own_bucket = false;
 };
 
 struct MegatronBucketLayout {
@@ -76,6 +86,9 @@ struct MegatronModelRank {
   int64_t first_layer = 0, num_layers = -1;  // the stage's global layers [first, first + num); -1: every layer
   bool first_stage = true, last_stage = true;  // the embedding; the final norm and output layer
   bool swiglu = false;                         // linear_fc1 holds [gate; up]: each TP piece has both halves
+  // Tied embeddings (no --untie-embeddings-and-output-weights): a last stage that is not also the first holds its own
+  // copy of the word embedding as output_layer.weight, listed under the embedding's key at the output layer's place.
+  bool tied_embeddings = false;
 };
 
 // The parameters of the model keys `c` holds in Megatron's model.parameters() order on model-parallel rank `rank`
@@ -87,8 +100,16 @@ StatusOr<std::vector<MegatronBucketParam>> megatron_parameter_order(const DcpChe
                                                                     const MegatronModelRank& rank = {});
 
 // Megatron's _ParamAndGradBuffer layout of `params` (in model order) with the distributed optimizer:
-// `bucket_size` 0 = one bucket.
+// `bucket_size` 0 = one bucket; a parameter with own_bucket closes the open bucket (at its 64-aligned start) and its
+// own after it.
 MegatronBucketLayout megatron_bucket_layout(std::vector<MegatronBucketParam> params, int64_t bucket_size);
+
+// The layers of each of the `pp` pipeline stages of Megatron's split (one model chunk per stage) from its args:
+// decoder_first/last_pipeline_num_layers (the others even over the middle stages), account_for_embedding/
+// loss_in_pipeline_split (the embedding and the loss each take a layer's place on the first / last stage), else
+// num_layers / pp each. DataLoss, naming the args, for a split Megatron refuses.
+StatusOr<std::vector<int64_t>> megatron_stage_layers(const PyValue* args, int64_t pp, int64_t num_layers,
+                                                     const std::string& what);
 
 // Fills o->tensors (fp32_param, exp_avg, exp_avg_sq by model key, global shapes as saved, the TP pieces merged and
 // every stage's layers in place) from the bucket-space state of `c` (layout o->layout); `args` Megatron's args

@@ -98,6 +98,15 @@ Status read_model_space_states(const DcpCheckpoint& c, const std::string& dir, M
   return Status::Ok();
 }
 
+// Why a distributed optimizer's Lion state is refused: Megatron main cannot save Lion through its DistributedOptimizer
+// (the dp_reshardable / model-space layouts): validate_args turns --use-distributed-optimizer with any --optimizer but
+// adam and sgd into the layer-wise distributed optimizer (use_distributed_optimizer False,
+// use_layer_wise_distributed_optimizer True), whose chained layout Gale does not read.
+const char kLionDistributed[] =
+    "not supported (Megatron main never saves Lion through its DistributedOptimizer: with --optimizer lion, "
+    "--use-distributed-optimizer becomes the layer-wise distributed optimizer, whose state Gale does not read yet; "
+    "Gale reads Lion's state of the non-distributed optimizer); ";
+
 // Megatron main's --optimizer lion without the distributed optimizer: a ChainedOptimizer [Lion, AdamW]
 // (emerging_optimizers' Lion for the 2-D parameters but the word embedding and output layer, AdamW for the
 // rest), each an FP32Optimizer or Float16OptimizerWithFloat16Params. Megatron's checkpointing passes
@@ -112,18 +121,16 @@ StatusOr<MegatronOptimizerState> read_lion_chain(const DcpCheckpoint& c, const P
   const std::string where = dir + "/common.pt";
   for (const auto& [key, info] : c.tensors())
     if (starts_with(key, "chained_") || starts_with(key, "optimizer.distributed."))
-      return Unimplemented(dir, ": Megatron's --optimizer lion state saved with the distributed optimizer (tensor '",
-                           key, "'): not supported yet (Gale reads Lion's state of the non-distributed optimizer); ",
-                           kOutWay);
+      return Unimplemented(dir, ": Megatron's --optimizer lion state saved with a distributed optimizer (tensor '",
+                           key, "'): ", kLionDistributed, kOutWay);
   std::set<int64_t> steps;
   for (size_t i = 0; i < chained.size(); ++i) {
     const PyValue* sub = chained[i];
     if (sub->kind != PyValue::kDict)
       return DataLoss(where, ": optimizer[", i, "]: expected a sub-optimizer's state dict, found ", sub->type_name());
     if (sub->get("param_state_sharding_type"))
-      return Unimplemented(dir, ": Megatron's --optimizer lion state saved with the distributed optimizer "
-                                "(optimizer[", i, "] has a param_state_sharding_type): not supported yet (Gale reads "
-                                "Lion's state of the non-distributed optimizer); ", kOutWay);
+      return Unimplemented(dir, ": Megatron's --optimizer lion state saved with a distributed optimizer "
+                                "(optimizer[", i, "] has a param_state_sharding_type): ", kLionDistributed, kOutWay);
     const PyValue* inner = sub->get("optimizer");  // Float16OptimizerWithFloat16Params nests torch's dict
     if (inner == nullptr || inner->kind != PyValue::kDict) inner = sub;
     GALE_ASSIGN_OR_RETURN(const int64_t step, step_of(*inner, str_cat(where, " (optimizer[", i, "])")));

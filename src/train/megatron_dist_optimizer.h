@@ -31,7 +31,9 @@
 // "fp32_param", whatever layout saved them. Refused with an error naming the layout and --no-load-optim:
 // fully_sharded_bucket_space (core_v0.12: no fixture from Megatron's writer yet), the limits of
 // megatron_bucket_optimizer.h, chained optimizers (several optimizer states) other than --optimizer lion's
-// non-distributed one (its distributed-optimizer form: Unimplemented), a checkpoint without optimizer
+// non-distributed one (its distributed-optimizer form: Unimplemented; Megatron main never saves Lion through its
+// DistributedOptimizer: validate_args turns --use-distributed-optimizer with --optimizer lion into the layer-wise
+// distributed optimizer, whose chained layout Gale does not read), a checkpoint without optimizer
 // state (FailedPrecondition) and steps that differ between param groups or chained optimizers.
 #pragma once
 

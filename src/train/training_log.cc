@@ -109,6 +109,7 @@ std::string format_training_log_line(const TrainingLogFields& f) {
   if (f.params_norm >= 0.0) add(" params norm: %.3f |", f.params_norm);
   add(" number of skipped iterations: %3lld |", static_cast<long long>(f.skipped_iterations));
   add(" number of nan iterations: %3lld |", static_cast<long long>(f.nan_iterations));
+  s += f.rl_throughput;
   return s;
 }
 

@@ -85,6 +85,9 @@ struct TrainingLogFields {
   int64_t num_zeros = -1;      // printed when >= 0 (--log-num-zeros-in-grad)
   double params_norm = -1.0;   // printed when >= 0 (--log-params-norm)
   int64_t skipped_iterations = 0, nan_iterations = 0;
+  // --perform-rl-step: Megatron's RL token-throughput fields (" toks/s: N | ..."), appended after
+  // the skipped and nan counts as they are (train/grpo.h).
+  std::string rl_throughput;
   std::string timestamp;  // "YYYY-mm-dd HH:MM:SS"; now when empty
 };
 

@@ -159,7 +159,9 @@ TEST(GalePretrainFakeProcessGroup, Refusals) {
       {{"--save", "/tmp/gale_fake_pg_never_written"},
        fake_env(2, 0),
        "--fake-process-group with --save: expected no checkpoint saving (one process playing one rank of "
-       "$WORLD_SIZE would write one rank's part of a checkpoint, which no run can load)"},
+       "$WORLD_SIZE would write one rank's part of a checkpoint, which no run can load: the checkpoint's metadata "
+       "is written by rank 0 from a gather of every rank's shards, as Megatron's distributed checkpoint does, and a "
+       "fake process group's gather returns this rank's own values only)"},
       {{"--load", "/tmp/gale_fake_pg_none"},
        fake_env(2, 0),
        "--fake-process-group with --load: not supported yet (a fake run starts from its initialisation)"},

@@ -85,6 +85,20 @@ void expect_same_logged_values(const test::RunResult& one, const test::RunResult
   }
 }
 
+// `flags` on 2 ranks with `layout` logs `one`'s collections and evaluations, and its losses and
+// gradient norms up to summation order.
+void expect_layout_reproduces(const test::RunResult& one, const std::vector<std::string>& flags,
+                              const std::vector<std::string>& layout) {
+  std::string name;
+  for (const std::string& f : layout) name += f + " ";
+  const test::RunResult two = run_layout(flags, layout, 2);
+  ASSERT_EQ(two.exit_code, 0) << name << two.output;
+  EXPECT_EQ(lines_with(one.output, "> GRPO collection at iteration"),
+            lines_with(two.output, "> GRPO collection at iteration")) << name;
+  EXPECT_EQ(lines_with(one.output, "_eval_mean_"), lines_with(two.output, "_eval_mean_")) << name;
+  expect_same_logged_values(one, two, {"grad norm", "rl/entropy_term", "rl/pi_over_pi_old", "rl/kl_term"}, name);
+}
+
 TEST(GalePretrainGrpo, TrainsDeterministically) {
   TempDir dir;
   const std::string env = write_env(dir);
@@ -184,13 +198,8 @@ TEST(GalePretrainGrpo, TensorPipelineAndContextParallelReproduceOneProcess) {
                                  "--rl-inference-tensor-model-parallel-size", "1"},
         std::vector<std::string>{"--pipeline-model-parallel-size", "2"},
         std::vector<std::string>{"--context-parallel-size", "2"},
-        std::vector<std::string>{"--context-parallel-size", "2", "--context-parallel-algo", "ulysses_cp_algo"}}) {
-    const test::RunResult two = run_layout(flags, layout, 2);
-    ASSERT_EQ(two.exit_code, 0) << two.output;
-    EXPECT_EQ(collections, lines_with(two.output, "> GRPO collection at iteration")) << layout[0];
-    EXPECT_EQ(evals, lines_with(two.output, "_eval_mean_")) << layout[0];
-    expect_same_logged_values(one, two, {"grad norm", "rl/entropy_term", "rl/pi_over_pi_old", "rl/kl_term"}, layout[0]);
-  }
+        std::vector<std::string>{"--context-parallel-size", "2", "--context-parallel-algo", "ulysses_cp_algo"}})
+    expect_layout_reproduces(one, flags, layout);
 }
 
 // The layouts with more than one model chunk per rank or another cut of the sequence: virtual
@@ -217,14 +226,8 @@ TEST(GalePretrainGrpo, VirtualStagesDualPipeVAdaptiveCpAndTp2dReproduceOneProces
         std::vector<std::string>{"--pipeline-model-parallel-size", "2", "--schedules-method", "dualpipev"},
         std::vector<std::string>{"--context-parallel-size", "2", "--context-parallel-algo", "adaptive_cp_algo"},
         std::vector<std::string>{"--tensor-model-parallel-size", "2", "--tp-2d", "--tp-x", "2", "--tp-y", "1"},
-        std::vector<std::string>{"--tensor-model-parallel-size", "2", "--tp-2d", "--tp-x", "1", "--tp-y", "2"}}) {
-    const std::string name = layout[0] + " " + layout[1] + " " + layout[2] + " " + layout[3];
-    const test::RunResult two = run_layout(flags, layout, 2);
-    ASSERT_EQ(two.exit_code, 0) << name << two.output;
-    EXPECT_EQ(collections, lines_with(two.output, "> GRPO collection at iteration")) << name;
-    EXPECT_EQ(evals, lines_with(two.output, "_eval_mean_")) << name;
-    expect_same_logged_values(one, two, {"grad norm", "rl/entropy_term", "rl/pi_over_pi_old", "rl/kl_term"}, name);
-  }
+        std::vector<std::string>{"--tensor-model-parallel-size", "2", "--tp-2d", "--tp-x", "1", "--tp-y", "2"}})
+    expect_layout_reproduces(one, flags, layout);
 }
 
 // --rl-use-sequence-packing (micro-batches of one bin): the packing line and Megatron's consumed bins,
@@ -256,6 +259,15 @@ TEST(GalePretrainGrpo, SequencePackingTrainsOnBinsAcrossLayouts) {
   EXPECT_EQ(bins[1], 2.0 * static_cast<double>(per_iteration)) << "every iteration trains all the collection's bins";
   EXPECT_LT(per_iteration, 8) << "the 8 rollouts share bins";
   EXPECT_NE(log[0].find("| global batch size:     8 |"), std::string::npos) << log[0];
+  // Megatron's RL throughput fields: every bin's positions (compute) against the rollouts' tokens.
+  for (const char* key : {"toks/s", "toks/s/gpu", "compute_toks/s", "actual_toks/s", "avg_seq_len"})
+    EXPECT_EQ(logged_values(one.output, key).size(), 4u) << key << log[0];
+  const double avg_len = logged_values(one.output, "avg_seq_len")[0];
+  const size_t eff = log[0].find("| packing_eff: ");
+  ASSERT_NE(eff, std::string::npos) << log[0];
+  const double efficiency = std::stod(log[0].substr(eff + 15)) / 100.0;  // Σ lengths / (bins · S)
+  EXPECT_NEAR(efficiency, avg_len * 8.0 / (static_cast<double>(per_iteration) * 16.0), 2e-3) << log[0];
+  EXPECT_GT(logged_values(one.output, "compute_toks/s")[0], logged_values(one.output, "actual_toks/s")[0]);
   const test::RunResult plain = run_layout(unpacked, {}, 1);
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
   EXPECT_EQ(lines_with(one.output, "> GRPO collection at iteration 0:"),
@@ -276,14 +288,8 @@ TEST(GalePretrainGrpo, SequencePackingTrainsOnBinsAcrossLayouts) {
        {std::vector<std::string>{"--tensor-model-parallel-size", "2", "--sequence-parallel"},
         std::vector<std::string>{"--pipeline-model-parallel-size", "2"},
         std::vector<std::string>{"--rl-sequence-packing-algo", "fifo"},
-        std::vector<std::string>{"--rl-sequence-packing-algo", "round-robin"}}) {
-    const std::string name = layout[0] + " " + layout[1];
-    const test::RunResult two = run_layout(flags, layout, 2);
-    ASSERT_EQ(two.exit_code, 0) << name << two.output;
-    EXPECT_EQ(lines_with(one.output, "> GRPO collection at iteration"),
-              lines_with(two.output, "> GRPO collection at iteration")) << name;
-    expect_same_logged_values(one, two, {"grad norm", "rl/entropy_term", "rl/pi_over_pi_old", "rl/kl_term"}, name);
-  }
+        std::vector<std::string>{"--rl-sequence-packing-algo", "round-robin"}})
+    expect_layout_reproduces(one, flags, layout);
 }
 
 // Sharded state at DP 2: the distributed optimizer (ZeRO-1), ZeRO-2 (--use-custom-fsdp optim_grads: gradients and optimizer state

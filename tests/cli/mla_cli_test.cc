@@ -76,7 +76,7 @@ TEST(GalePretrainMla, SaveThenResumeContinuesTheSameRunAndGenerateReadsIt) {
       {}, 300);
   ASSERT_EQ(gen.exit_code, 0) << gen.output;
   EXPECT_TRUE(std::regex_search(gen.output, std::regex(R"(5 17 300 2 41( \d+){6}\n)"))) << gen.output;
-  // Not DeepseekV3ForCausalLM-shaped (transformers' YaRN needs 4096 x factor positions; no experts):
+  // Not DeepseekV3ForCausalLM-shaped (transformers' YaRN needs 4096 x factor positions):
   // a one-line refusal, nothing half-written.
   test::RunResult hf = test::run_with_timeout({GALE_BINARY, "convert", "--load-model-type", "gale", "--save-model-type",
                                                "hf", "--load-dir", dir.string(), "--save-dir", (dir / "hf").string()},

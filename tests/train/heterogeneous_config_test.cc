@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -137,17 +138,80 @@ TEST(HeterogeneousConfig, FlagsValidateAgainstTheLayout) {
                 .status.message(),
             "--heterogeneous-layers-config-encoded-json: block_configs[0].ffn: the layer's FFN size 99 must be "
             "divisible by --tensor-model-parallel-size 2");
-  EXPECT_EQ(validate({"--heterogeneous-layers-config-encoded-json", two_groups, "--context-parallel-size", "2"})
+  // --unaligned-linear: uneven splits in whole groups (tests/parallel/heterogeneous_invariance_mpi_test.cc),
+  // at least one group and one FFN column per rank.
+  Validated uneven = validate({"--heterogeneous-layers-config-encoded-json", odd_ffn, "--tensor-model-parallel-size",
+                               "2", "--unaligned-linear"});
+  EXPECT_TRUE(uneven.status.ok()) << uneven.status.to_string();
+  EXPECT_EQ(validate({"--heterogeneous-layers-config-encoded-json", one_group, "--tensor-model-parallel-size", "2",
+                      "--unaligned-linear"})
                 .status.message(),
-            "--heterogeneous-layers-config-encoded-json with --context-parallel-size > 1: not supported yet (found 2)");
-  EXPECT_EQ(validate({"--heterogeneous-layers-config-encoded-json", two_groups, "--recompute-granularity", "selective",
-                      "--recompute-modules", "mlp"})
+            "--heterogeneous-layers-config-encoded-json: block_configs[1].attention: --unaligned-linear keeps every "
+            "query group whole on one rank: the layer's 1 query groups must be at least --tensor-model-parallel-size 2");
+  EXPECT_EQ(validate({"--heterogeneous-layers-config-encoded-json", two_groups, "--unaligned-linear",
+                      "--context-parallel-size", "2", "--cp-comm-type", "a2a"})
                 .status.message(),
-            "--heterogeneous-layers-config-encoded-json with --recompute-modules mlp: not supported yet");
+            "--heterogeneous-layers-config-encoded-json with --unaligned-linear and a Ulysses head split of context "
+            "parallelism: not supported yet (each layer's uneven heads per TP rank would need their own check)");
+  for (const char* comm : {"p2p", "allgather", "a2a"}) {  // context parallelism: ring, all-gather, Ulysses
+    Validated cp = validate({"--heterogeneous-layers-config-encoded-json", two_groups, "--context-parallel-size", "2",
+                             "--cp-comm-type", comm});
+    EXPECT_TRUE(cp.status.ok()) << comm << ": " << cp.status.to_string();
+  }
+  // --use-ulysses-allgather-kv: one key/value head per TP rank in every attention layer.
+  EXPECT_EQ(validate({"--heterogeneous-layers-config-encoded-json", two_groups, "--num-query-groups", "1",
+                      "--context-parallel-size", "2", "--context-parallel-algo", "ulysses_cp_algo",
+                      "--use-ulysses-allgather-kv"})
+                .status.message(),
+            "--heterogeneous-layers-config-encoded-json: block_configs[0].attention: --use-ulysses-allgather-kv "
+            "all-gathers one key/value head per TP rank: expected 1 query groups, found 2");
+  Validated selective = validate({"--heterogeneous-layers-config-encoded-json", two_groups, "--recompute-granularity",
+                                  "selective", "--recompute-modules", "core_attn", "layernorm", "mlp"});
+  EXPECT_TRUE(selective.status.ok()) << selective.status.to_string();  // tests/train/heterogeneous_recompute_test.cc
   EXPECT_EQ(validate({"--heterogeneous-layers-config-encoded-json", two_groups, "--experimental-attention-variant",
                       "gdn", "--linear-attention-freq", "2", "--normalization", "RMSNorm", "--swiglu"})
                 .status.message(),
-            "--heterogeneous-layers-config-encoded-json with --experimental-attention-variant gdn: not supported yet");
+            "--heterogeneous-layers-config-encoded-json with --experimental-attention-variant gdn: not supported yet "
+            "(Megatron's gpt_builder builds the experimental-attention block spec instead of the heterogeneous one, "
+            "so no_op and replace_with_linear are never built there; per-layer query groups in those layers are not "
+            "implemented in Gale)");
+  // MoE: per-layer query groups and FFN sizes (tests/parallel/heterogeneous_invariance_mpi_test.cc), but
+  // Megatron's MoE block spec has no no_op or linear sub-blocks.
+  Validated groups_moe = validate({"--heterogeneous-layers-config-encoded-json", two_groups, "--num-experts", "4",
+                                   "--moe-router-topk", "2"});
+  EXPECT_TRUE(groups_moe.status.ok()) << groups_moe.status.to_string();
+  const std::string linear = blocks(R"({"attention": {}, "ffn": {}})", R"({"attention": {}, "ffn": {"replace_with_linear": true}})");
+  EXPECT_EQ(validate({"--heterogeneous-layers-config-encoded-json", linear, "--num-experts", "4", "--moe-router-topk",
+                      "2"})
+                .status.message(),
+            "--heterogeneous-layers-config-encoded-json: block_configs[1]: with --num-experts Megatron builds its MoE "
+            "decoder block spec instead of the heterogeneous one, which has no no_op or replace_with_linear "
+            "sub-blocks: expected only per-layer query groups and FFN sizes, found a ffn that is replace_with_linear");
+}
+
+// The heterogeneous checks alone (validate_heterogeneous_args) on flags the full validation would
+// stop earlier for: Megatron's own refusals.
+TEST(HeterogeneousConfig, RefusedAsMegatronRefuses) {
+  const auto check = [](const std::function<void(ModelArgs&)>& set) {
+    Arguments a;
+    ModelArgs& m = a.model;
+    m.num_layers = 2;
+    m.hidden_size = 64;
+    m.num_attention_heads = 8;
+    m.num_kv_heads = 4;
+    m.ffn_hidden_size = 160;
+    m.heterogeneous_layers_config_encoded_json = blocks(R"({"attention": {}, "ffn": {}})");
+    set(m);
+    ArgParser p("gale pretrain", "test");
+    return validate_heterogeneous_args(a, p).message();
+  };
+  EXPECT_EQ(check([](ModelArgs& m) { m.multi_latent_attention = true; }),
+            "--heterogeneous-layers-config-encoded-json with --multi-latent-attention: Megatron asserts \"Multi "
+            "latent attention with heterogeneous layers is not supported.\"");
+  EXPECT_EQ(check([](ModelArgs& m) { m.is_hybrid_model = true; }),
+            "--heterogeneous-layers-config-encoded-json with --is-hybrid-model: Megatron's hybrid (Mamba) model builds "
+            "its layers from --hybrid-layer-pattern and never reads block_configs");
+  EXPECT_EQ(check([](ModelArgs&) {}), "");
 }
 
 }  // namespace

@@ -255,37 +255,212 @@ TEST(MegatronBucketLayout, Tp2Pp2RunReadsAsTheTp1Run) {
 }
 
 
+// tests/data/megatron/torch_dist_adam_{buckets,dp_zero}_tp2pp2_tied: the same state with the word embedding tied to the
+// output layer (GPTModel's share_embeddings_and_output_weights), saved by Megatron core_v0.15.3 at TP 2 x PP 2: the
+// last stage keeps its own copy of the embedding (output_layer.weight, first in its buffer) with the embedding's state,
+// the checkpoint saves the embedding alone. Every state reads as the TP 1 run's but the output layer, bit for bit.
+const std::string kTied = "torch_dist_adam_buckets_tp2pp2_tied/iter_0000007";
+
+TEST(MegatronBucketLayout, TiedEmbeddingAtPp2ReadsAsTheTp1Run) {
+  for (const auto& [dir, layout] : std::vector<std::pair<std::string, std::string>>{
+           {kTied, "dp_reshardable"}, {"torch_dist_adam_dp_zero_tp2pp2_tied/iter_0000007", "dp_zero_gather_scatter"}}) {
+    SCOPED_TRACE(dir);
+    Saved tp1, tied(dir);
+    auto a = tp1.read();
+    auto b = tied.read();
+    ASSERT_TRUE(a.ok()) << a.status().message();
+    ASSERT_TRUE(b.ok()) << b.status().message();
+    EXPECT_EQ(b->step, 7);
+    EXPECT_EQ(b->layout, layout);
+    ASSERT_EQ(b->tensors.size(), 3u);
+    int64_t compared = 0;
+    for (const auto& [state, by_key] : a->tensors) {
+      ASSERT_TRUE(b->tensors.count(state)) << state;
+      EXPECT_EQ(b->tensors.at(state).count("output_layer.weight"), 0u) << state;
+      ASSERT_EQ(b->tensors.at(state).size() + 1, by_key.size()) << state;
+      for (const auto& [key, want] : by_key) {
+        if (key == "output_layer.weight") continue;
+        ASSERT_TRUE(b->tensors.at(state).count(key)) << state << " " << key;
+        const Tensor& got = b->tensors.at(state).at(key);
+        ASSERT_EQ(got.shape(), want.shape()) << state << " " << key;
+        for (int64_t i = 0; i < want.numel(); ++i, ++compared)
+          ASSERT_EQ(got.data<float>()[i], want.data<float>()[i]) << state << " " << key << " [" << i << "]";
+      }
+    }
+    EXPECT_EQ(compared, 3 * (6048 - 64 * 16));  // every element of the 19 tensors
+  }
+}
+
+// Megatron's shared embedding has a bucket of its own: the first stage's embedding (last in its buffer, the bucket
+// before it closing at the embedding's aligned start: [1088, 128, 512]) and the last stage's copy (first in its
+// buffer: [512, 1088, 208]). Read as untied, the first stage's rebuilt buckets are the untied run's.
+TEST(MegatronBucketLayout, TiedEmbeddingHasABucketOfItsOwn) {
+  auto c = DcpCheckpoint::open(fixture(kTied));
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  MegatronModelRank rank;
+  rank.tp_size = 2;
+  rank.num_layers = 1;
+  rank.swiglu = true;
+  rank.tied_embeddings = true;
+  rank.last_stage = false;
+  auto order = megatron_parameter_order(*c, "local", 2, "D", rank);
+  ASSERT_TRUE(order.ok()) << order.status().message();
+  EXPECT_TRUE(order->front().own_bucket);
+  MegatronBucketLayout l = megatron_bucket_layout(*order, 1000);
+  EXPECT_EQ(l.bucket_numel_unpadded, (std::vector<int64_t>{1088, 128, 512}));
+  EXPECT_EQ(l.params.back().key, "embedding.word_embeddings.weight");
+  EXPECT_EQ(l.params.back().bucket, 2);
+  EXPECT_EQ(l.params.back().begin, 0);
+  rank.first_stage = false;  // the last stage: its copy of the embedding first, under the embedding's key
+  rank.last_stage = true;
+  rank.first_layer = 1;
+  order = megatron_parameter_order(*c, "local", 2, "D", rank);
+  ASSERT_TRUE(order.ok()) << order.status().message();
+  l = megatron_bucket_layout(*order, 1000);
+  EXPECT_EQ(l.bucket_numel_unpadded, (std::vector<int64_t>{512, 1088, 208}));
+  EXPECT_EQ(l.params.front().key, "embedding.word_embeddings.weight");
+  EXPECT_EQ(l.params.front().shape, (Shape{32, 16}));
+  EXPECT_EQ(l.params.front().bucket, 0);
+  l = megatron_bucket_layout(*order, 0);  // one bucket configured: the copy still has its own
+  EXPECT_EQ(l.bucket_numel_unpadded, (std::vector<int64_t>{512, 1296}));
+}
+
+// Args that do not say tied, and a last stage's copy whose state is not the first stage's, are refused.
+TEST(MegatronBucketLayoutErrors, TiedEmbeddingCopyIsPlacedAndChecked) {
+  {
+    Saved s(kTied);
+    s.args->state->set("untie_embeddings_and_output_weights", PyValue::boolean(true));
+    expect_message(s.read(), StatusCode::kDataLoss,
+                   "D: Megatron's distributed optimizer state in the 'dp_reshardable' layout, tensor-parallel rank 0 "
+                   "of 2, pipeline rank 0 of 2: the saved bucket sizes [1088, 128, 512] (optimizer.distributed."
+                   "dp_group_idx_0.per_bucket_numel_unpadded/shard_0_1) differ from the [1088, 640] of the buffer "
+                   "layout Gale rebuilt from the saved args (bucket size 1000, transformer_impl 'local')");
+  }
+  // One element of the last stage's copy of the embedding's exp_avg changed in the file: the copies differ.
+  testing_util::TempDir tmp;
+  const std::string dir = tmp.file("iter_0000007");
+  std::filesystem::copy(fixture(kTied), dir);
+  const std::string key =
+      "optimizer.distributed.dp_group_idx_2.gbuf_idx_0.dtype_(torch.bfloat16, torch.float32).bucket_idx_0.exp_avg";
+  {
+    auto c = DcpCheckpoint::open(dir);
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    ASSERT_TRUE(c->tensors().count(key));
+    auto t = c->read_tensor(key);
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    ASSERT_EQ(t->dtype(), DType::kF32);
+    const DcpChunk& chunk = c->tensors().at(key).chunks.at(0);
+    std::fstream f(dir + "/" + chunk.file, std::ios::in | std::ios::out | std::ios::binary);
+    std::string bytes(static_cast<size_t>(chunk.length), '\0');
+    f.seekg(chunk.offset);
+    f.read(bytes.data(), chunk.length);
+    const std::string head(static_cast<const char*>(t->raw()), 64);  // the copy's first 16 values (offset 0)
+    const size_t at = bytes.find(head);
+    ASSERT_NE(at, std::string::npos);
+    ASSERT_EQ(bytes.find(head, at + 1), std::string::npos);
+    const float changed = t->data<float>()[0] + 1.0f;
+    f.seekp(chunk.offset + static_cast<int64_t>(at));
+    f.write(reinterpret_cast<const char*>(&changed), sizeof(float));
+  }
+  auto c = DcpCheckpoint::open(dir);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  auto common = read_torch_file(dir + "/common.pt");
+  ASSERT_TRUE(common.ok());
+  expect_message(read_megatron_dist_optimizer(*c, **common, (*common)->get("args"), "D"), StatusCode::kDataLoss,
+                 "D: Megatron's distributed optimizer state in the 'dp_reshardable' layout: the last pipeline stage's "
+                 "copy of the tied word embedding (its output_layer.weight) holds another 'exp_avg' state than the "
+                 "first stage's embedding (1 of 1024 elements differ): expected equal copies, as Megatron keeps them");
+}
+
+// tests/data/megatron/torch_dist_adam_buckets_pp2_uneven: Megatron core_v0.15.3 at PP 2 x TP 1 with 3 layers and
+// --decoder-first-pipeline-num-layers 1 (the first stage layer 0 and the embedding, the last layers 1 and 2, the final
+// norm and the output layer): layers 0 and 1 hold the TP 1 run's state, layer 2 layer 0's with the masters and first
+// moment negated. Read with the stages' layers of Megatron's uneven split, every element lands where it belongs.
+TEST(MegatronBucketLayout, UnevenPipelineSplitReadsAtItsGlobalLayers) {
+  Saved tp1, uneven("torch_dist_adam_buckets_pp2_uneven/iter_0000007");
+  auto a = tp1.read();
+  auto b = uneven.read();
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_EQ(b->step, 7);
+  ASSERT_EQ(b->tensors.size(), 3u);
+  int64_t compared = 0;
+  for (const auto& [state, by_key] : a->tensors) {
+    ASSERT_EQ(b->tensors.at(state).size(), by_key.size()) << state;
+    for (const auto& [key, want] : by_key) {
+      ASSERT_TRUE(b->tensors.at(state).count(key)) << state << " " << key;
+      const Tensor& got = b->tensors.at(state).at(key);
+      const bool stacked = key.rfind("decoder.layers.", 0) == 0;
+      const int64_t per_layer = stacked ? want.numel() / 2 : want.numel();
+      ASSERT_EQ(got.numel(), stacked ? 3 * per_layer : want.numel()) << state << " " << key;
+      for (int64_t i = 0; i < want.numel(); ++i, ++compared)  // layers 0 and 1 (or the whole tensor)
+        ASSERT_EQ(got.data<float>()[i], want.data<float>()[i]) << state << " " << key << " [" << i << "]";
+      if (!stacked) continue;
+      const float sign = state == "exp_avg_sq" ? 1.0f : -1.0f;
+      for (int64_t i = 0; i < per_layer; ++i, ++compared)  // layer 2: layer 0's, negated but the second moment
+        ASSERT_EQ(got.data<float>()[2 * per_layer + i], sign * want.data<float>()[i]) << state << " " << key << " [" << i << "]";
+    }
+  }
+  EXPECT_GT(compared, 3 * 6048);
+  // Read with the even split's stages (args without the first stage's size), the buckets do not fit.
+  uneven.args->state->set("decoder_first_pipeline_num_layers", PyValue::none());
+  expect_message(uneven.read(), StatusCode::kDataLoss,
+                 "D: Megatron's distributed optimizer state in the 'dp_reshardable' layout: Megatron's args.num_layers "
+                 "3, pipeline_model_parallel_size 2: expected num_layers divisible by PP (Megatron's own pipeline "
+                 "split refuses them)");
+  uneven.args->state->set("decoder_last_pipeline_num_layers", PyValue::integer(1));  // layers 0, 1 first: refused
+  expect_error(uneven.read(), StatusCode::kDataLoss, "pipeline rank 0 of 2: the saved bucket sizes [1152, 2048]");
+}
 
 // What is still refused at TP or PP > 1, and args that do not fit the saved ranks.
 TEST(MegatronBucketLayoutErrors, Tp2Pp2RunsGaleCannotRead) {
   const std::string what = "D: Megatron's distributed optimizer state in the 'dp_reshardable' layout";
   {
-    Saved s(kTp2Pp2);  // tied embeddings: the last stage would hold its own copy in its buffers
+    Saved s(kTp2Pp2);  // args that say tied over a checkpoint with its own output layer
     s.args->state->set("untie_embeddings_and_output_weights", PyValue::boolean(false));
-    expect_message(s.read(), StatusCode::kUnimplemented,
-                   what + " saved at PP 2 with tied embeddings (no untie_embeddings_and_output_weights): not "
-                   "supported yet (the last stage's own copy of the embedding in its buffers)");
+    expect_message(s.read(), StatusCode::kDataLoss,
+                   "D: Megatron's args record tied embeddings (no untie_embeddings_and_output_weights) at PP > 1, but the "
+                   "checkpoint holds an output_layer.weight: expected the embedding alone (the last stage's output "
+                   "layer saved as its replica)");
   }
   {
     Saved s(kTp2Pp2);  // virtual pipeline chunks: a buffer per chunk
     s.args->state->set("virtual_pipeline_model_parallel_size", PyValue::integer(2));
     expect_message(s.read(), StatusCode::kUnimplemented,
                    what + " saved at PP 2 with args.virtual_pipeline_model_parallel_size 2: not supported yet (Gale "
-                   "rebuilds the buffers of Megatron's even pipeline split, one model chunk per stage)");
+                   "rebuilds the buffers of one model chunk per stage)");
   }
   {
-    Saved s(kTp2Pp2);
+    Saved s(kTp2Pp2);  // the even split spelt out: read as saved
     s.args->state->set("decoder_first_pipeline_num_layers", PyValue::integer(1));
-    expect_message(s.read(), StatusCode::kUnimplemented,
-                   what + " saved at PP 2 with args.decoder_first_pipeline_num_layers 1: not supported yet (Gale "
-                   "rebuilds the buffers of Megatron's even pipeline split, one model chunk per stage)");
+    EXPECT_TRUE(s.read().ok());
+    s.args->state->set("decoder_first_pipeline_num_layers", PyValue::none());
+    s.args->state->set("account_for_embedding_in_pipeline_split", PyValue::boolean(true));
+    s.args->state->set("account_for_loss_in_pipeline_split", PyValue::boolean(true));
+    EXPECT_TRUE(s.read().ok());
+  }
+  {
+    Saved s(kTp2Pp2);  // both layers on the first stage: its buffers are not those of its saved buckets
+    s.args->state->set("decoder_first_pipeline_num_layers", PyValue::integer(2));
+    expect_message(s.read(), StatusCode::kDataLoss,
+                   what + ", tensor-parallel rank 0 of 2, pipeline rank 0 of 2: the saved bucket sizes [1088, 640] "
+                   "(optimizer.distributed.dp_group_idx_0.per_bucket_numel_unpadded/shard_0_1) differ from the "
+                   "[1088, 1088, 768] of the buffer layout Gale rebuilt from the saved args (bucket size 1000, "
+                   "transformer_impl 'local')");
   }
   {
     Saved s(kTp2Pp2);
     s.args->state->set("num_layers", PyValue::integer(3));
-    expect_message(s.read(), StatusCode::kUnimplemented,
-                   what + " saved at PP 2 with args.num_layers 3: not supported yet (Gale rebuilds the buffers of "
-                   "Megatron's even pipeline split, which needs num_layers divisible by PP)");
+    expect_message(s.read(), StatusCode::kDataLoss,
+                   what + ": Megatron's args.num_layers 3, pipeline_model_parallel_size 2: expected num_layers "
+                   "divisible by PP (Megatron's own pipeline split refuses them)");
+    s.args->state->set("account_for_embedding_in_pipeline_split", PyValue::boolean(true));
+    s.args->state->set("decoder_last_pipeline_num_layers", PyValue::integer(1));
+    expect_message(s.read(), StatusCode::kDataLoss,
+                   what + ": Megatron's args.num_layers 3, pipeline_model_parallel_size 2, "
+                   "decoder_last_pipeline_num_layers 1, account_for_embedding_in_pipeline_split: expected the "
+                   "first/last stage sizes or the account_for flags, not both (Megatron's own pipeline split refuses "
+                   "them)");
   }
   {
     Saved s(kTp2Pp2);  // TP 3: linear_proj's 16 columns have no TP 3 pieces

@@ -98,7 +98,8 @@ TEST(MegatronDistOptimizer, ListsWhatTorchReadsFromTheMetadata) {
   for (const char* dir :
        {"torch_dist_adam", "torch_dist_adam_dp2", "torch_dist_adam_reshardable", "torch_dist_adam_buckets",
         "torch_dist_adam_dp_zero", "torch_dist_adam_dp_zero_v012", "torch_dist_adam_buckets_tp2pp2",
-        "torch_dist_adam_dp_zero_tp2pp2"}) {
+        "torch_dist_adam_dp_zero_tp2pp2", "torch_dist_adam_buckets_tp2pp2_tied", "torch_dist_adam_dp_zero_tp2pp2_tied",
+        "torch_dist_adam_buckets_pp2_uneven"}) {
     SCOPED_TRACE(dir);
     auto c = DcpCheckpoint::open(fixture(str_cat(dir, "/iter_0000007")));
     ASSERT_TRUE(c.ok()) << c.status().message();
@@ -217,9 +218,12 @@ TEST(MegatronDistOptimizer, LionChainGivesTheReferencesState) {
   ASSERT_FALSE(o.ok());
   EXPECT_EQ(o.status().code(), StatusCode::kUnimplemented);
   EXPECT_EQ(o.status().message(),
-            "D: Megatron's --optimizer lion state saved with the distributed optimizer (optimizer[1] has a "
-            "param_state_sharding_type): not supported yet (Gale reads Lion's state of the non-distributed "
-            "optimizer); pass --no-load-optim (or --finetune) to load the model weights and iteration only");
+            "D: Megatron's --optimizer lion state saved with a distributed optimizer (optimizer[1] has a "
+            "param_state_sharding_type): not supported (Megatron main never saves Lion through its "
+            "DistributedOptimizer: with --optimizer lion, --use-distributed-optimizer becomes the layer-wise "
+            "distributed optimizer, whose state Gale does not read yet; Gale reads Lion's state of the "
+            "non-distributed optimizer); pass --no-load-optim (or --finetune) to load the model weights and "
+            "iteration only");
   // Without args.optimizer 'lion' several optimizers stay refused.
   o = read_megatron_dist_optimizer(*c, **common, nullptr, "D");
   ASSERT_FALSE(o.ok());

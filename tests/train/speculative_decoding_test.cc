@@ -11,6 +11,7 @@
 
 #include "core/allocator.h"
 #include "core/rng.h"
+#include "model/gdn_test_model.h"
 #include "model/hybrid_test_model.h"
 #include "model/tiny_model_training.h"
 #include "train/engine_decoding_check.h"
@@ -26,11 +27,16 @@ constexpr int64_t kMaxLength = 48;
 Tensor whole_sequence_hidden(GPTModel& m, const std::vector<int32_t>& ids) {
   const int64_t S = static_cast<int64_t>(ids.size());
   KvBlockPool pool(m.config(), m.partition(), S, 1);
+  MambaStatePool states(m.config(), m.partition(), 1);  // a model's recurrent layers start from zero
   RaggedKvBatch rb;
   rb.pool = &pool;
   RaggedRequest rr;
   rr.blocks = pool.allocate(1);
   rr.rows = S;
+  if (states.has_layers()) {
+    rb.mamba = &states;
+    rr.mamba_slot = states.allocate();
+  }
   rb.requests.push_back(rr);
   Tensor hidden;
   m.forward_ragged_rows(ids, rb, {}, &hidden, nullptr);
@@ -317,13 +323,59 @@ TEST_F(SpeculativeDecodingTest, RefusalsNameTheFlag) {
   EXPECT_EQ(error(*no_mtp, greedy(4, 1)),
             "--num-speculative-tokens 1 needs a model with multi-token prediction layers (--mtp-num-layers, as the "
             "checkpoint was trained with); found none");
-  // A hybrid Mamba model: its Mamba states cannot roll back past rejected drafts.
-  const ModelConfig hybrid = testing::tiny_hybrid_config();
-  const std::unique_ptr<GPTModel> mamba = testing::decoding_model(hybrid, &ops_, 11);
-  EXPECT_EQ(error(*mamba, greedy(4, 1)),
-            "--num-speculative-tokens with a model with Mamba or Gated DeltaNet layers: not supported yet (their "
-            "decoding states would have to be rolled back past the rejected drafts)");
 }
+
+// A Gated DeltaNet model (G * G G *) and a hybrid Mamba model (M * - M * M), each with MTP layers
+// (built directly: the flags still refuse both with --mtp-num-layers): their recurrent states roll
+// back to the last accepted row (model/mamba_state.h step buffers), so greedy N = 1, 2 give the
+// tokens of N = 0 on prompts of different lengths, static and dynamic, and the accepted drafts are
+// the hand replay's; every state slot comes back, and the slots hold N + 1 step buffers besides
+// the state.
+class RecurrentSpeculativeDecodingTest : public SpeculativeDecodingTest,
+                                         public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(RecurrentSpeculativeDecodingTest, StatesRollBackToTheLastAcceptedRow) {
+  const bool mamba = GetParam() == "mamba";
+  ModelConfig g = mamba ? testing::tiny_hybrid_config() : testing::tiny_gdn_config();
+  g.vocab = 8;
+  g.max_positions = kMaxLength;
+  g.mtp_num_layers = 2;
+  // The hybrid pattern names the MTP layers' kind too (global layers 6 and 7): attention, as the
+  // GDN model's MTP layers are.
+  if (mamba) g.hybrid.layers += "**";
+  const std::unique_ptr<GPTModel> gdn = testing::decoding_model(g, &ops_, 11);
+  (mamba ? testing::make_mamba_state_carry : testing::make_gdn_state_carry)(*gdn);
+  const int64_t max_new = 12;
+  for (bool dynamic : {false, true}) {
+    SCOPED_TRACE(dynamic ? "dynamic" : "static");
+    EngineOptions base = greedy(max_new, 0);
+    if (dynamic) use_dynamic(base, *gdn);
+    const EngineResult plain = run(base, gdn.get());
+    ASSERT_GT(plain.mamba_state_bytes, 0);
+    for (int64_t n : {1, 2}) {
+      EngineOptions o = base;
+      o.num_speculative_tokens = n;
+      const int64_t before = host_allocator().current_bytes();
+      const EngineResult r = run(o, gdn.get());
+      EXPECT_EQ(host_allocator().current_bytes(), before);
+      ASSERT_EQ(r.generated.size(), prompts_.size());
+      for (size_t i = 0; i < prompts_.size(); ++i) {
+        EXPECT_EQ(r.generated[i], plain.generated[i]) << "prompt " << i << " N " << n;
+        const Replay want = replay(*gdn, prompts_[i], plain.generated[i], n, max_new);
+        EXPECT_EQ(r.drafted_per_request[i], want.drafted) << "prompt " << i << " N " << n;
+        EXPECT_EQ(r.accepted_per_request[i], want.accepted) << "prompt " << i << " N " << n;
+      }
+      EXPECT_GT(r.accepted_drafts, 0) << "N " << n;
+      EXPECT_LT(r.accepted_drafts, r.drafted) << "N " << n;  // rejections: the rollback ran
+      EXPECT_EQ(r.mamba_state_bytes, (n + 2) * plain.mamba_state_bytes);
+      if (dynamic) {
+        EXPECT_EQ(r.free_mamba_slots_at_end, r.mamba_slots);
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, RecurrentSpeculativeDecodingTest, ::testing::Values("gdn", "mamba"));
 
 }  // namespace
 }  // namespace gale

@@ -39,7 +39,14 @@ torch_dist_adam_buckets_tp2pp2/, the same state in the dp_reshardable layout at 
 processes): each rank's buffer holds its local shards (megatron_ckpt_reference.shard: SwiGLU halves cut separately,
 its stage's layers from 0, the embedding on the first stage, the output layer on the last) under
 dp_group_idx_<model-parallel rank>, as Megatron's DistributedOptimizer keys them; torch_dist_adam_dp_zero_tp2pp2/, the
-same in the dp_zero_gather_scatter layout (each rank's buffers gathered into dp_group_idx_<rank>.param_state).
+same in the dp_zero_gather_scatter layout (each rank's buffers gathered into dp_group_idx_<rank>.param_state);
+torch_dist_adam_{buckets,dp_zero}_tp2pp2_tied/, the same two at TP 2 x PP 2 with the embedding tied to the output
+layer (GPTModel share_embeddings_and_output_weights, args untie_embeddings_and_output_weights False): the last stage's
+copy (output_layer.weight, which Megatron marks shared_embedding and keeps in a bucket of its own) holds the
+embedding's state, as Megatron keeps it; the model state saves the embedding alone; torch_dist_adam_buckets_pp2_uneven/,
+an uneven pipeline split in the dp_reshardable layout at PP 2 x TP 1: 3 layers with --decoder-first-pipeline-num-layers
+1 (Megatron's num_layers_in_first_pipeline_stage), layer 2 holding layer 0's state with the masters and first moment
+negated.
 ONLY=<names> limits a run to
 the named fixtures. Run with
 core_v0.12.1 (torch 2.5.1), --buckets writes torch_dist_adam_dp_zero_v012/ (dp_zero_gather_scatter) only.
@@ -313,7 +320,7 @@ def saved_state(fixtures, keep_shape=False):
 BUCKET_SIZE = 1000  # --ddp-bucket-size with --overlap-grad-reduce: several buckets from the tiny model
 
 
-def bucket_worker(rank, world, out, port, fixtures, sharding_type, tp=1, pp=1):
+def bucket_worker(rank, world, out, port, fixtures, sharding_type, tp=1, pp=1, tied=False, first_stage_layers=None):
     """DP 2 x TP 1, bf16 model: Megatron's own _ParamAndGradBuffer lays the parameters out in buckets (reverse
     order, 64-element aligned starts, buckets padded to lcm(DP, 128)), DistributedOptimizer's classmethods cut
     each bucket's DP shards, and its sharded_state_dict / sharded_param_state_<layout> build the optimizer's
@@ -327,12 +334,40 @@ def bucket_worker(rank, world, out, port, fixtures, sharding_type, tp=1, pp=1):
     from megatron.core.distributed.param_and_grad_buffer import _ParamAndGradBuffer
     from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
     state = saved_state(fixtures, keep_shape=True)
-    model = dref.build(tp, pp, rank, world, port)
+    if tied:  # the embedding shared with the output layer: the last stage's copy holds the embedding's state, as
+        # Megatron keeps it (both copies start equal and their gradients are all-reduced over the embedding group)
+        state["output_layer.weight"] = {s: x.clone() for s, x in state["embedding.word_embeddings.weight"].items()}
+        torch.Tensor.cuda = lambda t, *a, **k: t  # GPTModel all-reduces the two copies on "CUDA" (here gloo)
+    if first_stage_layers is not None:  # an uneven split of 3 layers: layer 2 is layer 0's state, masters and first
+        # moment negated (a state of its own that still fits Adam), the first stage holding `first_stage_layers`
+        ref.NUM_LAYERS = 3
+        for name in [n for n in state if n.startswith("decoder.layers.0.")]:
+            s0 = state[name]
+            state["decoder.layers.2." + name[len("decoder.layers.0."):]] = {
+                "fp32_param": -s0["fp32_param"], "exp_avg": -s0["exp_avg"], "exp_avg_sq": s0["exp_avg_sq"].clone()}
+    model = dref.build(tp, pp, rank, world, port, tied=tied, first_stage_layers=first_stage_layers)
     t, p_rank = parallel_state.get_tensor_model_parallel_rank(), parallel_state.get_pipeline_model_parallel_rank()
     # Rank (t, p)'s local masters and moments: TP shards (SwiGLU halves cut separately), its stage's layers
     # renumbered from 0, the embedding on the first stage and the output layer on the last, as Megatron holds them.
-    local = {s: ref.shard({k: v[s] for k, v in state.items()}, tp, pp, t, p_rank)
-             for s in ("fp32_param", "exp_avg", "exp_avg_sq")}
+    if first_stage_layers is None:
+        local = {s: ref.shard({k: v[s] for k, v in state.items()}, tp, pp, t, p_rank)
+                 for s in ("fp32_param", "exp_avg", "exp_avg_sq")}
+    else:  # TP 1, PP 2: layers [0, first) on the first stage, the rest on the last, renumbered from 0
+        assert tp == 1 and pp == 2
+        offset = 0 if p_rank == 0 else first_stage_layers
+        local = {}
+        for k, v in state.items():
+            if k.startswith("decoder.layers."):
+                i = int(k.split(".")[2])
+                if (i < first_stage_layers) != (p_rank == 0):
+                    continue
+                k = "decoder.layers.%d.%s" % (i - offset, k.split(".", 3)[3])
+            elif k.startswith("embedding.") and p_rank != 0:
+                continue
+            elif (k.startswith("output_layer.") or k.startswith("decoder.final_layernorm")) and p_rank != 1:
+                continue
+            for s in ("fp32_param", "exp_avg", "exp_avg_sq"):
+                local.setdefault(s, {})[k] = v[s].clone()
     state = {k: {s: local[s][k].reshape(-1) for s in local} for k in local["fp32_param"]}
     model.load_state_dict({k: state[k]["fp32_param"].reshape(p.shape) for k, p in model.named_parameters()},
                           strict=False)
@@ -394,6 +429,9 @@ def bucket_worker(rank, world, out, port, fixtures, sharding_type, tp=1, pp=1):
     a.transformer_impl = "local"
     a.overlap_grad_reduce, a.ddp_bucket_size, a.accumulate_allreduce_grads_in_fp32 = True, BUCKET_SIZE, True
     a.dist_ckpt_optim_fully_reshardable = False
+    a.untie_embeddings_and_output_weights = not tied
+    if first_stage_layers is not None:
+        a.num_layers, a.decoder_first_pipeline_num_layers = 3, first_stage_layers
     _, _, sched_sd = json_groups(fixtures)
     st = {"args": a, "checkpoint_version": 3.0, "iteration": ITERATION, "model": model_sd,
           "num_floating_point_operations_so_far": 0.0, "opt_param_scheduler": sched_sd, "optimizer": optimizer}
@@ -425,17 +463,21 @@ def main_buckets(fixtures):
         fixtures_to_write = (("torch_dist_adam_buckets", "dp_reshardable", 1, 1, 2),
                              ("torch_dist_adam_dp_zero", "dp_zero_gather_scatter", 1, 1, 2),
                              ("torch_dist_adam_buckets_tp2pp2", "dp_reshardable", 2, 2, 4),
-                             ("torch_dist_adam_dp_zero_tp2pp2", "dp_zero_gather_scatter", 2, 2, 4))
+                             ("torch_dist_adam_dp_zero_tp2pp2", "dp_zero_gather_scatter", 2, 2, 4),
+                             ("torch_dist_adam_buckets_tp2pp2_tied", "dp_reshardable", 2, 2, 4, True),
+                             ("torch_dist_adam_dp_zero_tp2pp2_tied", "dp_zero_gather_scatter", 2, 2, 4, True),
+                             ("torch_dist_adam_buckets_pp2_uneven", "dp_reshardable", 1, 2, 2, False, 1))
     else:  # core_v0.12
         fixtures_to_write = (("torch_dist_adam_dp_zero_v012", "dp_zero_gather_scatter", 1, 1, 2),)
     if os.environ.get("ONLY"):  # regenerate the named fixtures only (comma-separated)
         fixtures_to_write = [f for f in fixtures_to_write if f[0] in os.environ["ONLY"].split(",")]
-    for name, layout, tp, pp, world in fixtures_to_write:
+    for name, layout, tp, pp, world, *more in fixtures_to_write:
+        tied, first_stage_layers = (more + [False, None])[:2]
         out = os.path.join(fixtures, name)
         shutil.rmtree(out, ignore_errors=True)
         os.makedirs(out)
-        mp.spawn(bucket_worker, args=(world, out, 29600 + os.getpid() % 90, fixtures, layout, tp, pp), nprocs=world,
-                 join=True)
+        mp.spawn(bucket_worker, args=(world, out, 29600 + os.getpid() % 90, fixtures, layout, tp, pp, tied,
+                                      first_stage_layers), nprocs=world, join=True)
         result[name] = {"step": ITERATION, "opt_param_scheduler": json_groups(fixtures)[2]}
         result["listing"][name] = dref.listing(os.path.join(out, "iter_%07d" % ITERATION))
     with open(os.path.join(fixtures, "torch_dist_optim.json"), "w") as f:

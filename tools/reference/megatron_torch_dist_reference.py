@@ -44,7 +44,7 @@ def tp1_state_dict(fixtures):
     return torch.load(path, map_location="cpu", weights_only=False)["model"]
 
 
-def build(tp, pp, rank, world, port):
+def build(tp, pp, rank, world, port, tied=False, first_stage_layers=None):
     from megatron.core import parallel_state, tensor_parallel
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
@@ -63,10 +63,11 @@ def build(tp, pp, rank, world, port):
         attention_dropout=0.0, use_cpu_initialization=True, bias_dropout_fusion=False,
         masked_softmax_fusion=False, apply_rope_fusion=False, persist_layer_norm=False,
         gradient_accumulation_fusion=False, tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
-        pipeline_dtype=torch.float32)
+        pipeline_dtype=torch.float32,
+        **({} if first_stage_layers is None else {"num_layers_in_first_pipeline_stage": first_stage_layers}))
     model = GPTModel(config, get_gpt_layer_local_spec(normalization="LayerNorm"), vocab_size=ref.PADDED,
                      max_sequence_length=16, position_embedding_type="rope",
-                     share_embeddings_and_output_weights=False,
+                     share_embeddings_and_output_weights=tied,
                      pre_process=parallel_state.is_pipeline_first_stage(),
                      post_process=parallel_state.is_pipeline_last_stage())
     model.eval()
