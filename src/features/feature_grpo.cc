@@ -18,11 +18,13 @@
 // --eval-interval and after training (train/grpo_eval.h). train/grpo.h runs it.
 //
 // Rules: --langrl-env-config is required; the other RL flags need --perform-rl-step; P·G must be a
-// multiple of --global-batch-size. Not supported yet (refused naming the flag): adaptive context
-// parallelism, virtual pipeline stages, DualPipeV, --tp-2d, --dist-train, MTP, LoRA, --stage dpo, --qad-enable,
-// --reuse-fp32-param, --overlap-param-gather, --rampup-batch-size, --calculate-per-token-loss,
-// --train-samples, --exit-interval, --async-save, --non-persistent-save-interval, --data-path;
-// --save-interval must fall between collections. Data
+// multiple of --global-batch-size. Not supported yet (refused naming the flag): --dist-train,
+// --stage dpo, --qad-enable, --data-path, MTP with --rl-use-sequence-packing; --rampup-batch-size is refused with Megatron's reason (its RL cuts collections by
+// --global-batch-size); --save-interval, --exit-interval and --non-persistent-save-interval must fall
+// between collections. Also supported: ZeRO-1/2/3 and FSDP (the rollout copy refit from the shards),
+// --calculate-per-token-loss, --exit-interval, --async-save, --non-persistent-save-interval,
+// --train-samples, --reuse-fp32-param, --overlap-param-gather, MTP policies (Megatron's RL MTP loss)
+// and LoRA policies (the reference merged). Data
 // parallelism works (every rank generates the same rollouts; each trains on its share), and so does
 // tensor (+SP) and pipeline parallelism: the rollouts come from a whole-model copy of the policy on
 // every rank, refit from the shards before each collection (train/grpo_refit.h), the passes run
@@ -35,7 +37,9 @@
 // tests/train/grpo_eval_test.cc (--rl-prompts-per-eval's pass@k against Megatron's),
 // tests/train/megatron_rl_flags_test.cc (Megatron main's RL flags: none unknown),
 // tests/cli/grpo_cli_test.cc (gale pretrain --perform-rl-step end to end, importance sampling,
-// evaluation, DP 2, TP 2 + SP, PP 2, CP 2 (ring, Ulysses) and MoE EP 2 = one process, refusals),
+// evaluation, DP 2, TP 2 + SP, PP 2, CP 2 (ring, Ulysses) and MoE EP 2 = one process, ZeRO/FSDP,
+// per-token loss, exit/async/non-persistent saves, --train-samples, --reuse-fp32-param,
+// --overlap-param-gather, MTP and LoRA policies, refusals),
 // tests/parallel/grpo_refit_mpi_test.cc (the refit copy = the one-process model).
 #include "features/feature_grpo.h"
 
@@ -58,8 +62,10 @@ class GrpoFeature : public Feature {
            "(--pretrained-checkpoint, else the --load model) and entropy term, --grpo-iterations passes in "
            "--global-batch-size batches, --grpo-filter-groups-with-same-reward; --save/--load at collection "
            "boundaries; one process, DP, TP (+SP), PP (1F1B) and CP (rollouts from a whole-model copy refit from "
-           "the shards), hybrid Mamba models, MoE with EP (load-balancing losses logged); adaptive CP, virtual stages, MTP, LoRA "
-           "not supported yet (docs/rl.md)";
+           "the shards), hybrid Mamba models, MoE with EP (load-balancing losses logged); ZeRO-1/2/3 and FSDP, "
+           "--calculate-per-token-loss, --exit-interval, --async-save, --non-persistent-save-interval, "
+           "--train-samples, --reuse-fp32-param, --overlap-param-gather, MTP and LoRA policies; virtual stages, DualPipeV, "
+           "adaptive CP and --tp-2d (the copy refit from every chunk); --rl-use-sequence-packing (docs/rl.md)";
   }
   void register_args(ArgParser& parser) override { add_grpo_args(parser, args_); }
   bool requested(const FeatureContext&) const override { return args_.perform_rl_step; }

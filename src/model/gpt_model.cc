@@ -940,8 +940,8 @@ void GPTModel::scale_loss_mask(int64_t mb_id, const std::vector<float>& per_samp
 void GPTModel::scale_loss_mask_tokens(int64_t mb_id, const std::vector<float>& per_token) {
   auto it = in_flight_.find(mb_id);
   GALE_CHECK(it != in_flight_.end()) << "scale_loss_mask_tokens of micro-batch " << mb_id << " without its forward";
-  GALE_CHECK(part_.post_process && mtp_.empty() && num_microbatches_ == 0)
-      << "scale_loss_mask_tokens: last stage, no MTP, no eager LM-head backward";
+  GALE_CHECK(part_.post_process && num_microbatches_ == 0)
+      << "scale_loss_mask_tokens: last stage, no eager LM-head backward";
   State& st = *it->second;
   const int64_t B = st.mb.B, S = st.mb.S;
   GALE_CHECK_EQ(static_cast<int64_t>(per_token.size()), B * S);

@@ -118,7 +118,9 @@ class GPTModel {
   void scale_loss_mask(int64_t mb_id, const std::vector<float>& per_sample);
   // GRPO (train/grpo.h): the same with one factor per token, per_token [B, S] sample-major, so that
   // backward(mb_id, {}, 1) starts token (b, s) from grad_scale()·per_token[b·S + s]·mask. Same
-  // conditions; with context parallelism S and s are this rank's positions of the micro-batch.
+  // conditions, but MTP layers may be there: their losses keep the mask of the forward (their
+  // backward scale is grad_scale() at the forward); with context parallelism S and s are this
+  // rank's positions of the micro-batch.
   void scale_loss_mask_tokens(int64_t mb_id, const std::vector<float>& per_token);
 
   // Evaluation forward returning the logits [B, S, V] over the whole (padded) vocabulary, in

@@ -10,6 +10,7 @@
 #include "core/check.h"
 #include "core/log.h"
 #include "model/context_parallel.h"
+#include "model/lora.h"
 #include "schedule/schedules.h"
 #include "train/checkpointing.h"
 #include "train/context_parallel_batch.h"
@@ -17,12 +18,18 @@
 #include "train/grpo_eval.h"
 #include "train/grpo_packing.h"
 #include "train/grpo_refit.h"
+#include "train/model_setup.h"
 #include "train/training_log.h"
 
 namespace gale {
 
 MicroBatch grpo_micro_batch(const GrpoRollouts& rollouts, int64_t first, int64_t n, int32_t pad, int64_t id0) {
   return grpo_rows_micro_batch(grpo_unpacked_rows(rollouts, 1, 0), first, n, pad, id0);
+}
+
+void grpo_mtp_loss_mask(MicroBatch* mb) {
+  for (int64_t b = 0; b < mb->B; ++b)
+    for (int64_t s = 0; s < mb->S; ++s) mb->loss_mask[b * mb->S + s] = s + 1 < mb->S ? 1.0f : 0.0f;
 }
 
 std::vector<double> grpo_token_logprobs(GPTModel& model, const MicroBatch& mb) {
@@ -89,22 +96,51 @@ std::vector<double> rows_of(const std::vector<double>& v, int64_t first, int64_t
   return std::vector<double>(v.begin() + first * S, v.begin() + (first + n) * S);
 }
 
-// Every parameter value of `from` into `to` (the same configuration and partition: one virtual
-// stage's chunk of each), then its GEMM copy.
+// Every parameter value of `from` into `to` (`to` has `from`'s parameters by name and local shape,
+// less LoRA adapters; neither sharded nor split: one virtual stage's chunk of each), its GEMM copy
+// refreshed. `from`'s values must be whole on this rank (not ZeRO-3's shards: the caller copies from
+// the rollout model then); split storage (--reuse-fp32-param) is merged; a LoRA-adapted weight is
+// copied merged, W + s·B·A (each rank its shards: B split like W's output rows, A like its input
+// columns, model/lora.h).
 Status copy_weights(const GPTModel& from, GPTModel& to) {
   const ParamBuffer& a = from.params();
   ParamBuffer& b = to.params();
-  if (a.sharded() || b.sharded())
-    return Unimplemented("--perform-rl-step with sharded parameters (ZeRO-2/3, FSDP): not supported yet");
-  if (a.size() != b.size()) return Internal("the GRPO reference model has ", b.size(), " parameters, the policy ", a.size());
-  for (int id = 0; id < a.size(); ++id) {
-    const int64_t n = a.spec(id).local_numel();
-    if (b.spec(id).local_numel() != n || a.spec(id).name != b.spec(id).name)
-      return Internal("the GRPO reference model's parameter ", b.spec(id).name, " differs from the policy's ",
-                      a.spec(id).name);
-    std::copy_n(a.param_data(id), n, b.param_data(id));
+  if (a.values_sharded() || b.sharded())
+    return Internal("the GRPO reference model's weights are copied from sharded parameters");
+  const LoraConfig& lora = from.config().lora;
+  int adapters = 0;
+  for (int id = 0; id < b.size(); ++id) {
+    const ParamSpec& sb = b.spec(id);
+    const int ia = a.find(sb.name);
+    if (ia < 0 || a.spec(ia).local_numel() != sb.local_numel())
+      return Internal("the GRPO reference model's parameter ", sb.name, " differs from the policy's");
+    const Tensor v = a.param_values(ia);
+    const std::string suffix = ".weight";
+    const bool weight = sb.name.size() > suffix.size() &&
+                        sb.name.compare(sb.name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    const int la = lora.enabled() && weight ? a.find(lora_a_name(sb.name)) : -1;
+    if (la < 0) {
+      b.set_param_values(id, v.data<float>());
+      continue;
+    }
+    const int lb = a.find(lora_b_name(sb.name));
+    const Shape sa = a.spec(la).local_shape(), sbb = a.spec(lb).local_shape();
+    Tensor w = v.clone();
+    LoraWeights l;
+    l.a = a.param_data(la);
+    l.b = a.param_data(lb);
+    l.r = sa[0];
+    l.in = sa[1];
+    l.out = sbb[0];
+    l.scaling = lora.scaling();
+    GALE_CHECK_EQ(l.out * l.in, sb.local_numel());
+    lora_merge(w.data<float>(), l);
+    b.set_param_values(id, w.data<float>());
+    adapters += 2;
   }
-  b.refresh_gemm_copy();
+  if (a.size() != b.size() + adapters)
+    return Internal("the GRPO reference model has ", b.size(), " parameters, the policy ", a.size(), " (", adapters,
+                    " LoRA adapter factors)");
   return Status::Ok();
 }
 
@@ -145,13 +181,24 @@ std::string rl_throughput_fields(int64_t batch, int64_t S, double seconds, int64
 }  // namespace
 
 Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, const std::vector<GPTModel*>& reference,
-                const Tokenizer& tokenizer, const RlEnvironment& env, TrainerState* state, const GrpoSaveFn& save) {
+                const Tokenizer& tokenizer, const RlEnvironment& env, TrainerState* state, const GrpoSaves& saves) {
+  const GrpoSaveFn& save = saves.save;
   const std::vector<GPTModel*> chunks = engine.chunk_pointers();  // this rank's virtual stages
   if (reference.size() != chunks.size())
     return Internal("the GRPO reference model has ", reference.size(), " chunks on this rank, the policy ", chunks.size());
   GPTModel& policy = *chunks.front();  // the chunk whose settings stand for all (grad scale, config)
+  // Rollouts and evaluation samples come from the policy itself or, at TP, PP (virtual stages,
+  // DualPipeV) or CP > 1 and under ZeRO-2/3 and FSDP, its whole-model copy refit before each use
+  // (train/grpo_refit.h).
+  GrpoRolloutModel rollout_model(chunks, engine.ps.world(), &engine.ops);
   const std::string& pretrained = args.checkpoint.pretrained_checkpoint;
-  if (pretrained.empty()) {
+  if (pretrained.empty() && policy.params().sharded()) {
+    // ZeRO-2/3, FSDP (data parallelism only, one chunk: the reference's partition is the whole
+    // model's): the shards gathered into the rollout copy, and from it into the reference.
+    if (chunks.size() != 1) return Internal("the GRPO policy has sharded parameters in ", chunks.size(), " chunks");
+    GALE_RETURN_IF_ERROR(rollout_model.refit());
+    GALE_RETURN_IF_ERROR(copy_weights(rollout_model.model(), *reference.front()));
+  } else if (pretrained.empty()) {
     for (size_t c = 0; c < chunks.size(); ++c) GALE_RETURN_IF_ERROR(copy_weights(*chunks[c], *reference[c]));
   } else {  // Megatron: the reference weights come from --pretrained-checkpoint
     GALE_RETURN_IF_ERROR(load_model_weights("--pretrained-checkpoint", pretrained, reference, "GRPO reference model"));
@@ -177,10 +224,11 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, const 
   lo.kl_beta = g.grpo_kl_beta;
   lo.entropy_weight = g.grpo_entropy_term_weight;
   lo.is_truncation_coef = g.rl_importance_sampling_truncation_coef;
+  lo.per_token_loss = t.calculate_per_token_loss;
   const bool is_correction = g.rl_inference_logprobs_is_correction;
   if (lo.is_truncation_coef > 0.0 && !is_correction)  // Megatron applies the coefficient only with the correction
     warn_rank0("--rl-importance-sampling-truncation-coef: no effect without --rl-inference-logprobs-is-correction");
-  const int64_t train_iters = t.train_iters;
+  const int64_t train_iters = train_iters_from_args(args);  // --train-iters, or --train-samples // gbs
   const LoggingArgs& l = args.logging;
 
   // The layout's schedule (no pipelining, 1F1B, interleaved 1F1B over the virtual stages, or
@@ -210,12 +258,16 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, const 
   auto whole_logprobs = [&](const GPTModel::LossSums& sums, const std::vector<int32_t>& pos) {
     return grpo_whole_logprobs(sums, mbs, S, pos, cp);
   };
-  // Rollouts and evaluation samples come from the policy itself or, at TP > 1, its whole-model copy
-  // refit before each use (train/grpo_refit.h).
-  GrpoRolloutModel rollout_model(chunks, engine.ps.world(), &engine.ops);
   // Megatron's RL evaluation: at each --eval-interval and after training, when --eval-iters > 0.
+  // --overlap-param-gather: the distributed optimizer's all-gathers of the stepped parameters are
+  // still pending after optimizer_step; a refit reads the parameters outside any forward (whose
+  // hooks would wait), so they complete first. (The policy's own decoding forwards wait in their hooks.)
+  auto refit = [&]() -> Status {
+    finish_param_sync(engine);
+    return rollout_model.refit();
+  };
   auto evaluate = [&](int64_t iteration) -> Status {
-    GALE_RETURN_IF_ERROR(rollout_model.refit());
+    GALE_RETURN_IF_ERROR(refit());
     GALE_ASSIGN_OR_RETURN(const GrpoEvaluation e, evaluate_grpo(rollout_model.model(), tokenizer, env, g, S,
                                                                 static_cast<uint64_t>(t.seed), iteration));
     print_rank_last(str_cat(" > GRPO evaluation at iteration ", iteration, ": ", e.prompts, " prompts x ",
@@ -238,14 +290,19 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, const 
   // MoE: the interval's sums of each iteration's load-balancing losses by kind, then the z-loss
   // (Megatron's track_moe_metrics entries, averaged as the trainer's).
   const int64_t moe_layers = policy.config().num_moe_layers();
+  // --mtp-num-layers: the interval's sums of each iteration's MTP losses (means over the micro-batches
+  // and the data-parallel ranks, as the trainer's "mtp_k loss").
+  const int64_t mtp_layers = args.model.mtp_num_layers == kUnset ? 0 : args.model.mtp_num_layers;
+  std::vector<double> mtp_interval(static_cast<size_t>(mtp_layers), 0.0);
   constexpr int kMoeTerms = kMoeAuxKinds + 1;
   double moe_interval[kMoeTerms] = {};
   int64_t advanced = 0, skipped = 0, nan_iters = 0, iters_in_interval = 0;
   double interval_start = now_seconds();
   while (state->iteration < train_iters) {
+    if (saves.finalize) GALE_RETURN_IF_ERROR(saves.finalize(/*blocking=*/false));  // --async-save
     if (collected_at < 0 || state->iteration - collected_at == steps_per_collection) {
       collected_at = state->iteration;
-      GALE_RETURN_IF_ERROR(rollout_model.refit());
+      GALE_RETURN_IF_ERROR(refit());
       GALE_ASSIGN_OR_RETURN(rollouts, collect_grpo_rollouts(rollout_model.model(), tokenizer, env, g, S,
                                                             static_cast<uint64_t>(t.seed), collected_at));
       GALE_RETURN_IF_ERROR(check_same_rollouts(rollouts.tokens, engine.ps.world()));
@@ -291,14 +348,18 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, const 
     start_grad_sync_iteration(engine, num_mb);
     const float saved_scale = policy.grad_scale();
     GradScaler* scaler = engine.grad_scaler.get();  // --fp16: the loss scale in every backward
-    for (GPTModel* c : chunks) c->set_grad_scale((scaler ? scaler->scale() : 1.0f) / static_cast<float>(num_mb));
+    // --calculate-per-token-loss: each micro-batch's masked sum, divided by the global batch's tokens
+    // in finalize_model_grads; else the token mean averaged over the micro-batches.
+    for (GPTModel* c : chunks)
+      c->set_grad_scale((scaler ? scaler->scale() : 1.0f) / (lo.per_token_loss ? 1.0f : static_cast<float>(num_mb)));
     double sums[kTerms + 1] = {};  // loss, kl, ratio, entropy, above, below, tokens (the loss stage's)
     auto local_batch = [&](int64_t m) { return (k * num_mb + m) % local_batches; };
     std::map<int64_t, std::vector<int32_t>> positions;  // each micro-batch's positions on this cp rank
     auto source = [&](int64_t m, MicroBatch* mb) {
       const int64_t first = local_batch(m) * mbs;
-      return cp_slice(grpo_rows_micro_batch(rows, first, mbs, pad, collected_at * R + dp_rank * rows.rows + first), mb,
-                      &positions[m]);
+      MicroBatch whole = grpo_rows_micro_batch(rows, first, mbs, pad, collected_at * R + dp_rank * rows.rows + first);
+      if (mtp_layers > 0) grpo_mtp_loss_mask(&whole);  // the MTP losses' mask (no CP, no packing with MTP)
+      return cp_slice(std::move(whole), mb, &positions[m]);
     };
     // On the loss stage, after each micro-batch's training forward: its GRPO loss from the forward's
     // per-token losses, the loss mask scaled by its gradient, backward from scale 1.
@@ -323,7 +384,7 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, const 
       for (int64_t b = 0; b < mbs; ++b) sequences += static_cast<int64_t>(rows.members[local_batch(m) * mbs + b].size());
     engine.ps.dp()->all_reduce(&sequences, 1, DType::kI64, ReduceOp::kSum);
     for (GPTModel* c : chunks) c->set_grad_scale(saved_scale);
-    finalize_model_grads(engine);
+    finalize_model_grads(engine, lo.per_token_loss ? std::optional<double>(sums[kTerms]) : std::nullopt);
     engine.ps.dp()->all_reduce(sums, kTerms + 1, DType::kF64, ReduceOp::kSum);
     if (engine.ps.pp_size() > 1)  // every stage learns the loss stage's sums (the log and its NaN checks)
       engine.ps.pp()->broadcast(sums, kTerms + 1, DType::kF64, engine.loss_pipeline_rank());
@@ -337,6 +398,16 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, const 
       if (engine.ps.pp_size() > 1) engine.ps.pp()->all_reduce(moe, kMoeTerms, DType::kF64, ReduceOp::kSum);
       engine.ps.dp()->all_reduce(moe, kMoeTerms, DType::kF64, ReduceOp::kSum);
       for (double& v : moe) v /= static_cast<double>(num_mb * dp * moe_layers);
+    }
+    std::vector<double> mtp(static_cast<size_t>(mtp_layers), 0.0);
+    if (mtp_layers > 0) {
+      for (GPTModel* c : chunks) {  // the last stage's (last chunk's); the others add zeros
+        const std::vector<double> l = c->take_mtp_losses();
+        for (size_t i = 0; i < l.size() && i < mtp.size(); ++i) mtp[i] += l[i];
+      }
+      if (engine.ps.pp_size() > 1) engine.ps.pp()->all_reduce(mtp.data(), mtp_layers, DType::kF64, ReduceOp::kSum);
+      engine.ps.dp()->all_reduce(mtp.data(), mtp_layers, DType::kF64, ReduceOp::kSum);
+      for (double& v : mtp) v /= static_cast<double>(num_mb * dp);
     }
     LrScheduler& scheduler = *engine.scheduler;
     const StepResult step = optimizer_step(engine, scheduler.lr(), scheduler.weight_decay(), l.log_num_zeros_in_grad,
@@ -353,6 +424,7 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, const 
       ++advanced;
       for (int i = 0; i < kTerms; ++i) interval[i] += sums[i] / sums[kTerms];
       for (int i = 0; i < kMoeTerms; ++i) moe_interval[i] += moe[i];
+      for (size_t i = 0; i < mtp.size(); ++i) mtp_interval[i] += mtp[i];
     } else {
       ++skipped;
       if (!scaler && !std::isfinite(step.grad_norm)) ++nan_iters;  // an overflow is the loss scaler's signal
@@ -379,6 +451,7 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, const 
           f.load_balancing_losses.emplace_back(kMoeAuxLossNames[kind], moe_interval[kind] / n);
         f.z_loss = moe_interval[kMoeAuxKinds] / n;
       }
+      for (double v : mtp_interval) f.mtp_losses.push_back(v / n);
       f.grad_norm = step.grad_norm;
       f.has_grad_norm = step.applied || !scaler;  // Megatron's fp16 optimizer returns none for a skipped step
       if (scaler) f.loss_scale = scaler->scale();  // as Megatron logs it: after the update
@@ -388,28 +461,44 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, const 
       print_rank_last(format_training_log_line(f));
       std::fill(interval, interval + kTerms, 0.0);
       std::fill(moe_interval, moe_interval + kMoeTerms, 0.0);
+      std::fill(mtp_interval.begin(), mtp_interval.end(), 0.0);
       advanced = skipped = nan_iters = iters_in_interval = 0;
       interval_start = now_seconds();
     }
     const int64_t save_interval = args.checkpoint.save_interval;
     const bool last = state->iteration == train_iters;
-    if (save && ((save_interval != kUnset && save_interval > 0 && state->iteration % save_interval == 0) || last)) {
+    // --exit-interval (a multiple of the iterations per collection): Megatron saves (unless this
+    // iteration just did) and exits, without the evaluation after training.
+    const bool exit_now = t.exit_interval != kUnset && t.exit_interval > 0 && state->iteration % t.exit_interval == 0;
+    const int64_t non_persistent_interval = args.checkpoint.non_persistent_save_interval;
+    if (save && ((save_interval != kUnset && save_interval > 0 && state->iteration % save_interval == 0) || last ||
+                 exit_now)) {
       const double save_start = now_seconds();
       GALE_RETURN_IF_ERROR(save(*state));
       interval_start += now_seconds() - save_start;  // as Megatron, the save is not iteration time
+    } else if (saves.non_persistent && non_persistent_interval != kUnset && non_persistent_interval > 0 &&
+               state->iteration % non_persistent_interval == 0) {
+      const double save_start = now_seconds();
+      GALE_RETURN_IF_ERROR(saves.non_persistent(*state));
+      interval_start += now_seconds() - save_start;
     }
     if (do_valid && l.eval_interval > 0 && state->iteration % l.eval_interval == 0) {
       const double eval_start = now_seconds();
       GALE_RETURN_IF_ERROR(evaluate(state->iteration));
       interval_start += now_seconds() - eval_start;
     }
+    if (exit_now) {
+      print_datetime(str_cat("exiting program at iteration ", state->iteration));
+      return saves.finalize ? saves.finalize(/*blocking=*/true) : Status::Ok();
+    }
   }
+  if (saves.finalize) GALE_RETURN_IF_ERROR(saves.finalize(/*blocking=*/true));  // --async-save
   if (do_valid) GALE_RETURN_IF_ERROR(evaluate(state->iteration));  // Megatron's evaluation after training
   return Status::Ok();
 }
 
 Status run_grpo_training(const Arguments& args, const GrpoArgs& g, Engine& engine, const Tokenizer& tokenizer,
-                         TrainerState* state, const GrpoSaveFn& save) {
+                         TrainerState* state, const GrpoSaves& saves) {
   GALE_ASSIGN_OR_RETURN(const RlEnvironment env, load_rl_environment(g.langrl_env_config));
   print_rank0(str_cat(" > --langrl-env-config ", g.langrl_env_config, ": environment ", env.kind, ", ",
                       env.prompts.size(), " prompts from ", env.data_path));
@@ -423,7 +512,7 @@ Status run_grpo_training(const Arguments& args, const GrpoArgs& g, Engine& engin
     reference.push_back(std::make_unique<GPTModel>(config, policy->partition(), &engine.ops));
     reference_chunks.push_back(reference.back().get());
   }
-  return run_grpo(args, g, engine, reference_chunks, tokenizer, env, state, save);
+  return run_grpo(args, g, engine, reference_chunks, tokenizer, env, state, saves);
 }
 
 }  // namespace gale

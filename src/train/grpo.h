@@ -54,6 +54,12 @@ namespace gale {
 // position's label the pad token, masked), the loss mask, positions 0..S-1, sample ids `id0 + i`.
 MicroBatch grpo_micro_batch(const GrpoRollouts& rollouts, int64_t first, int64_t n, int32_t pad, int64_t id0);
 
+// --mtp-num-layers: Megatron's RL training forward passes no labels and no loss mask, so its MTP
+// losses (process_mtp_loss) take the labels from the tokens and every position whose rolled label
+// exists. Makes `mb`'s loss mask that: 1 but at each row's last position (whose label is the pad).
+// The GRPO policy term keeps the rollouts' mask through its per-token weights (zero elsewhere).
+void grpo_mtp_loss_mask(MicroBatch* mb);
+
 // log p(label) of every position of `mb` [B, S] from an evaluation forward of `model` (nothing kept).
 std::vector<double> grpo_token_logprobs(GPTModel& model, const MicroBatch& mb);
 
@@ -87,21 +93,30 @@ GrpoMicroBatchLoss grpo_forward_backward(GPTModel& policy, const MicroBatch& mb,
 
 // Saves a checkpoint of the run at `state` (the pretrain driver's save_checkpoint).
 using GrpoSaveFn = std::function<Status(const TrainerState&)>;
+// The loop's checkpointing (the pretrain driver's; each may be null): `save` at every
+// --save-interval, at --exit-interval (unless just saved) and at the end; `non_persistent`
+// (--non-persistent-save-interval, a multiple of the iterations per collection) where `save` did not
+// save, as Megatron's checkpoint_and_decide_exit; `finalize` (--async-save: Megatron's
+// maybe_finalize_async_save, collective) not blocking before each iteration, blocking at the end.
+struct GrpoSaves {
+  GrpoSaveFn save, non_persistent;
+  std::function<Status(bool blocking)> finalize;
+};
 
-// The loop (header comment) until --train-iters; `state` advances as the trainer's. `reference`: the
-// reference model's chunks of this rank's virtual stages, each with the policy chunk's configuration
-// and partition; its weights are read from
-// --pretrained-checkpoint when given (Megatron's reference), else copied from the policy now (the
-// --load or initial model). With `save`, a checkpoint at every --save-interval (a multiple of the
-// iterations per collection) and at the end; a run resumed from one collects at once, at the
-// iteration it resumes, what the uninterrupted run collected there.
+// The loop (header comment) until --train-iters (or --exit-interval); `state` advances as the
+// trainer's. `reference`: the reference model's chunks of this rank's virtual stages, each with the
+// policy chunk's configuration and partition; its weights are read from --pretrained-checkpoint when
+// given (Megatron's reference), else copied from the policy now (the --load or initial model).
+// `saves` (GrpoSaves): checkpoints at collection boundaries (every interval a multiple of the
+// iterations per collection); a run resumed from one collects at once, at the iteration it resumes,
+// what the uninterrupted run collected there.
 Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, const std::vector<GPTModel*>& reference,
                 const Tokenizer& tokenizer, const RlEnvironment& env, TrainerState* state,
-                const GrpoSaveFn& save = nullptr);
+                const GrpoSaves& saves = {});
 
 // `gale pretrain --perform-rl-step` after the engine's setup and --load: loads --langrl-env-config,
 // builds the frozen reference model (the policy's configuration without LoRA) and runs run_grpo.
 Status run_grpo_training(const Arguments& args, const GrpoArgs& g, Engine& engine, const Tokenizer& tokenizer,
-                         TrainerState* state, const GrpoSaveFn& save);
+                         TrainerState* state, const GrpoSaves& saves);
 
 }  // namespace gale

@@ -146,16 +146,13 @@ Status validate_grpo_args(const GrpoArgs& g, const Arguments& a, const ArgParser
                            "whole-model copy of the policy on each process), found ",
                            g.rl_inference_tensor_model_parallel_size);
   if (par.dist_train) return refuse("--dist-train");
-  if (a.model.mtp_num_layers != kUnset && a.model.mtp_num_layers > 0) return refuse("--mtp-num-layers");
-  if (a.lora.enabled()) return refuse("--lora-target-modules (LoRA)");
   if (a.dpo.enabled()) return refuse("--stage dpo");
   if (a.qad.qad_enable) return refuse("--qad-enable");
-  if (!a.training.rampup_batch_size.empty()) return refuse("--rampup-batch-size");
-  if (a.training.calculate_per_token_loss) return refuse("--calculate-per-token-loss");
-  if (a.training.train_samples != kUnset) return refuse("--train-samples (give --train-iters)");
-  if (a.training.reuse_fp32_param) return refuse("--reuse-fp32-param");
-  if (par.overlap_param_gather)  // the rollouts' decoding forwards would not wait for the gathered parameters
-    return refuse("--overlap-param-gather");
+  if (!a.training.rampup_batch_size.empty())  // Megatron's RL iterator cuts collections by args.global_batch_size
+    return Unimplemented("--perform-rl-step with --rampup-batch-size: not supported (Megatron's RL cuts each "
+                         "collection into whole --global-batch-size batches; a ramping batch size does not)");
+  if (g.rl_use_sequence_packing && a.model.mtp_num_layers != kUnset && a.model.mtp_num_layers > 0)
+    return refuse("--rl-use-sequence-packing and --mtp-num-layers (Gale's MTP rolls would cross the packed rollouts)");
   if (!a.data.data_path.empty() || !a.data.data_args_path.empty() || !a.data.train_data_path.empty())
     return InvalidArgument("--data-path with --perform-rl-step: expected none (the prompts come from "
                            "--langrl-env-config)");
@@ -166,9 +163,16 @@ Status validate_grpo_args(const GrpoArgs& g, const Arguments& a, const ArgParser
     return InvalidArgument("--save-interval: expected a multiple of --grpo-iterations x (--grpo-prompts-per-step x "
                            "--grpo-group-size / --global-batch-size) = ", per_collection,
                            " (a checkpoint falls between rollout collections), found ", a.checkpoint.save_interval);
-  if (a.training.exit_interval != kUnset) return refuse("--exit-interval");
-  if (a.checkpoint.async_save) return refuse("--async-save");
-  if (a.checkpoint.non_persistent_save_interval != kUnset) return refuse("--non-persistent-save-interval");
+  if (a.training.exit_interval != kUnset && a.training.exit_interval % per_collection != 0)
+    return InvalidArgument("--exit-interval: expected a multiple of --grpo-iterations x (--grpo-prompts-per-step x "
+                           "--grpo-group-size / --global-batch-size) = ", per_collection,
+                           " (the run exits between rollout collections), found ", a.training.exit_interval);
+  if (!a.checkpoint.save.empty() && a.checkpoint.non_persistent_save_interval != kUnset &&
+      a.checkpoint.non_persistent_save_interval % per_collection != 0)
+    return InvalidArgument("--non-persistent-save-interval: expected a multiple of --grpo-iterations x "
+                           "(--grpo-prompts-per-step x --grpo-group-size / --global-batch-size) = ", per_collection,
+                           " (a checkpoint falls between rollout collections), found ",
+                           a.checkpoint.non_persistent_save_interval);
   return Status::Ok();
 }
 

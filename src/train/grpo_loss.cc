@@ -89,7 +89,8 @@ GrpoMicroBatchLoss grpo_micro_batch_loss(const std::vector<double>& current, con
       d[i] = w * t.d_loss_d_current;
     }
   }
-  const double denominator = std::max(m.tokens, 1.0) * static_cast<double>(num_microbatches);
+  const double denominator =
+      o.per_token_loss ? 1.0 : std::max(m.tokens, 1.0) * static_cast<double>(num_microbatches);
   m.mb_loss = m.loss_sum / denominator;
   for (size_t i = 0; i < n; ++i) m.grad[i] = d[i] / denominator;
   return m;

@@ -31,6 +31,9 @@
 // Micro-batch reduction (loss_func returning (Σ loss·mask, Σ mask) and Megatron's schedule without
 // --calculate-per-token-loss): mb_loss = Σ loss·mask / max(Σ mask, 1) / num_microbatches; the
 // logged terms (lm loss, kl, ratio, entropy, truncated) are token means over the global batch.
+// With --calculate-per-token-loss (GrpoLossOptions::per_token_loss) the schedule keeps the sum,
+// mb_loss = Σ loss·mask, and finalize_model_grads divides the gradients by the global batch's
+// Σ max(Σ mask, 1) over its micro-batches (train/grad_sync.h): every token weighs the same.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +49,8 @@ struct GrpoLossOptions {
   // --rl-importance-sampling-truncation-coef: the importance weight's upper bound; ≤ 0: none
   // (Megatron's None). Applies only where inference log-probabilities are given.
   double is_truncation_coef = 0.0;
+  // --calculate-per-token-loss: mb_loss is the micro-batch's masked sum (header comment).
+  bool per_token_loss = false;
 };
 
 // Megatron's calculate_grpo_advantages for single-turn rollouts: one flat advantage per completion,

@@ -11,12 +11,32 @@
 
 namespace gale {
 
+void write_held_values(const ParamBuffer& from, int id, float* whole) {
+  const ParamSpec& a = from.spec(id);
+  if (!from.values_sharded()) {
+    const Tensor local = from.param_values(id);  // split storage (--reuse-fp32-param) merged
+    const float* v = local.data<float>();
+    for (int64_t i = 0; i < a.local_numel(); ++i) whole[a.global_index(i)] = v[i];
+    return;
+  }
+  // ZeRO-3 / FSDP: this rank's shard of the parameter's unit (possibly none of the parameter).
+  const int u = from.unit_of(id);
+  const ParamUnit& x = from.unit(u);
+  const int64_t lo = std::max(x.own_begin, a.offset), hi = std::min(x.own_end, a.offset + a.local_numel());
+  const float* shard = from.shard_values(u) + (lo - x.own_begin);
+  for (int64_t f = lo; f < hi; ++f) whole[a.global_index(f - a.offset)] = shard[f - lo];
+}
+
 GrpoRolloutModel::GrpoRolloutModel(std::vector<GPTModel*> policy, const Comm& world, const OpTable* ops)
     : policy_(std::move(policy)), world_(world) {
   const GPTModel& first = *policy_.front();
   const ModelPartition& part = first.partition();
-  if (policy_.size() > 1 || part.tp_size() > 1 || part.cp_size() > 1 || !part.pre_process || !part.post_process)
-    copy_ = std::make_unique<GPTModel>(first.config(), single_process_partition(first.config()), ops);
+  if (policy_.size() > 1 || part.tp_size() > 1 || part.cp_size() > 1 || !part.pre_process || !part.post_process ||
+      first.params().sharded()) {
+    ModelConfig config = first.config();
+    config.reuse_fp32_param = false;  // never stepped: plain f32 values and their GEMM copy (the same bf16)
+    copy_ = std::make_unique<GPTModel>(config, single_process_partition(config), ops);
+  }
 }
 
 Status GrpoRolloutModel::refit() {
@@ -27,8 +47,6 @@ Status GrpoRolloutModel::refit() {
   std::vector<std::map<std::string, int>> held(policy_.size());
   for (size_t c = 0; c < policy_.size(); ++c) {
     const ParamBuffer& from = policy_[c]->params();
-    if (from.sharded())
-      return Unimplemented("--perform-rl-step with sharded parameters (ZeRO-3, FSDP): not supported yet");
     for (int id = 0; id < from.size(); ++id) held[c][from.spec(id).whole_model_name()] = id;
   }
   constexpr float kUnwritten = -std::numeric_limits<float>::infinity();
@@ -42,16 +60,14 @@ Status GrpoRolloutModel::refit() {
       const ParamSpec& a = from.spec(it->second);
       if (a.global_shape != b.global_shape)
         return Internal("the GRPO rollout model's parameter ", b.name, " has another shape than the policy's");
-      const float* local = from.param_data(it->second);
-      for (int64_t i = 0; i < a.local_numel(); ++i) whole[static_cast<size_t>(a.global_index(i))] = local[i];
+      write_held_values(from, it->second, whole.data());
     }
     // Every holder of an element holds the same value (replicas are equal): the maximum is it.
     world_->all_reduce(whole.data(), static_cast<int64_t>(whole.size()), DType::kF32, ReduceOp::kMax);
     if (std::find(whole.begin(), whole.end(), kUnwritten) != whole.end())
       return Internal("no rank of the policy holds all of ", b.name, " of the GRPO rollout model");
-    std::copy(whole.begin(), whole.end(), to.param_data(id));
+    to.set_param_values(id, whole.data());  // and its GEMM copy
   }
-  to.refresh_gemm_copy();
   return Status::Ok();
 }
 

@@ -684,10 +684,16 @@ int pretrain_main(int argc, char** argv) {
   }
   trainer.set_ft(ft.get());
   profiler.start_training();
-  GrpoSaveFn grpo_save;  // --perform-rl-step --save: the checkpoints of the RL loop (no --log-progress line)
-  if (grpo.perform_rl_step && !args.checkpoint.save.empty())
-    grpo_save = [&](const TrainerState& s) { return save_checkpoint(args, engine, s); };
-  st = grpo.perform_rl_step ? run_grpo_training(args, grpo, engine, *data.tokenizer, &trainer.state(), grpo_save)
+  GrpoSaves grpo_saves;  // --perform-rl-step --save: the checkpoints of the RL loop (no --log-progress line)
+  if (grpo.perform_rl_step && !args.checkpoint.save.empty()) {
+    grpo_saves.save = [&](const TrainerState& s) { return save_checkpoint(args, engine, s, async_saves.get()); };
+    if (args.checkpoint.non_persistent_save_interval != kUnset)
+      grpo_saves.non_persistent = [&](const TrainerState& s) {
+        return save_non_persistent_checkpoint(args, engine, s, async_saves.get());
+      };
+    if (async_saves) grpo_saves.finalize = [&](bool blocking) { return async_saves->maybe_finalize(blocking); };
+  }
+  st = grpo.perform_rl_step ? run_grpo_training(args, grpo, engine, *data.tokenizer, &trainer.state(), grpo_saves)
                             : trainer.run();
   if (st.ok() && logits_saver) st = logits_saver->flush();  // what the last checkpoint save did not write
   if (st.ok() && ft) st = ft->shutdown();  // the last timeout update (a collective), then the watchdog stops

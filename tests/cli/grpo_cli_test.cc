@@ -7,6 +7,8 @@
 // flags accepted without effect change nothing, and the refusals are one-line errors naming the flag.
 #include <gtest/gtest.h>
 
+#include <regex>
+
 #include "cli/log_line.h"
 #include "cli/mpi_cli.h"
 #include "data/data_test_util.h"
@@ -57,6 +59,8 @@ std::vector<std::string> lines_with(const std::string& output, const std::string
         const size_t next = line.find(" |", e + 2);
         line = line.substr(0, e) + line.substr(next + 2);
         line = line.substr(line.find(" iteration "));
+        // Megatron's RL throughput fields (tokens per second) vary with the time too.
+        line = std::regex_replace(line, std::regex(" [a-z_]*toks/s(/gpu)?: [0-9]+ \\|"), "");
       }
       out.push_back(line);
     }
@@ -292,6 +296,278 @@ TEST(GalePretrainGrpo, SequencePackingTrainsOnBinsAcrossLayouts) {
     expect_layout_reproduces(one, flags, layout);
 }
 
+// Sharded state at DP 2: the distributed optimizer (ZeRO-1), ZeRO-2 (--use-custom-fsdp optim_grads: gradients and optimizer state
+// sharded), ZeRO-3 (optim_grads_params: values too) and PyTorch FSDP2 (ZeRO-3 with its own units):
+// the rollouts and the evaluation come from a whole-model copy refit from the shards (an all-gather),
+// the reference model is that copy's weights, and every collection, evaluation and logged value is
+// the one process's (untied embeddings: FSDP2 needs them).
+TEST(GalePretrainGrpo, ShardedParametersReproduceOneProcess) {
+  TempDir dir;
+  const std::string env = write_env(dir);
+  std::vector<std::string> flags =
+      rl(env, {"--train-iters", "4", "--global-batch-size", "8", "--grpo-iterations", "2", "--eval-iters", "1",
+               "--eval-interval", "2", "--rl-prompts-per-eval", "2", "--untie-embeddings-and-output-weights"});
+  flags.erase(flags.begin());  // the binary
+  const test::RunResult one = run_layout(flags, {}, 1);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const std::vector<std::string> collections = lines_with(one.output, "> GRPO collection at iteration");
+  ASSERT_EQ(collections.size(), 2u) << one.output;
+  const std::vector<std::string> evals = lines_with(one.output, "_eval_mean_");
+  ASSERT_EQ(evals.size(), 9u) << one.output;
+  for (const std::vector<std::string>& layout :
+       {std::vector<std::string>{"--use-distributed-optimizer"},
+        std::vector<std::string>{"--use-custom-fsdp", "--data-parallel-sharding-strategy", "optim_grads"},
+        std::vector<std::string>{"--use-custom-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params"},
+        std::vector<std::string>{"--use-torch-fsdp2"}}) {
+    const std::string name = layout.back();
+    const test::RunResult two = run_layout(flags, layout, 2);
+    ASSERT_EQ(two.exit_code, 0) << name << two.output;
+    EXPECT_EQ(collections, lines_with(two.output, "> GRPO collection at iteration")) << name;
+    EXPECT_EQ(evals, lines_with(two.output, "_eval_mean_")) << name;
+    expect_same_logged_values(one, two, {"grad norm", "rl/entropy_term", "rl/pi_over_pi_old", "rl/kl_term"}, name);
+  }
+}
+
+// --calculate-per-token-loss (Megatron's schedule keeps each micro-batch's masked sum and
+// finalize_model_grads divides the gradients by the global batch's tokens): every token weighs the
+// same however the rows are cut, so micro-batches of 2 train as the whole global batch in one
+// micro-batch (where the token mean is the same loss) on one process and at DP 2, PP 2 (the count
+// broadcast from the loss stage) and CP 2; without it micro-batches of 2 average their token means.
+TEST(GalePretrainGrpo, PerTokenLossIsIndependentOfTheMicroBatches) {
+  TempDir dir;
+  const std::string env = write_env(dir);
+  std::vector<std::string> flags = rl(env, {"--train-iters", "4", "--global-batch-size", "8", "--grpo-iterations", "2"});
+  flags.erase(flags.begin());  // the binary
+  const test::RunResult whole = run_layout(flags, {"--micro-batch-size", "8"}, 1);
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const test::RunResult mean = run_layout(flags, {}, 1);
+  ASSERT_EQ(mean.exit_code, 0) << mean.output;
+  const std::vector<double> a = logged_values(whole.output, "grad norm"), b = logged_values(mean.output, "grad norm");
+  ASSERT_EQ(a.size(), 4u) << whole.output;
+  ASSERT_EQ(b.size(), 4u) << mean.output;
+  EXPECT_GT(std::abs(a[0] - b[0]), 1e-3) << "micro-batches of unequal token counts weigh their tokens unequally";
+  for (const std::vector<std::string>& layout :
+       {std::vector<std::string>{}, std::vector<std::string>{"--micro-batch-size", "8"},
+        std::vector<std::string>{"--pipeline-model-parallel-size", "2"},
+        std::vector<std::string>{"--context-parallel-size", "2"}}) {
+    std::vector<std::string> l = layout;
+    l.push_back("--calculate-per-token-loss");
+    const bool one = layout.empty() || layout[0] == "--micro-batch-size";
+    const test::RunResult r = run_layout(flags, l, one ? 1 : 2);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    expect_same_logged_values(whole, r, {"grad norm", "lm loss", "rl/entropy_term", "rl/pi_over_pi_old", "rl/kl_term"},
+                              layout.empty() ? "mbs 2" : layout[0]);
+  }
+  // ... and at DP 2.
+  std::vector<std::string> dp = flags;
+  dp.push_back("--calculate-per-token-loss");
+  const test::RunResult r = run_layout(dp, {}, 2);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_same_logged_values(whole, r, {"grad norm", "lm loss", "rl/kl_term"}, "DP 2");
+}
+
+// --overlap-param-gather with the distributed optimizer: the stepped parameters' all-gathers are
+// still pending when the next collection starts; the rollouts must see them. DP 2 (the policy
+// generates: its decoding forwards wait in their hooks) and TP 2 x DP 2 (the whole-model copy is refit
+// after the pending gathers complete) train as the same layouts without the overlap, evaluations
+// included, over two collections.
+TEST(GalePretrainGrpo, OverlapParamGatherRolloutsSeeTheGatheredParameters) {
+  TempDir dir;
+  const std::string env = write_env(dir);
+  std::vector<std::string> flags =
+      rl(env, {"--train-iters", "8", "--eval-iters", "1", "--eval-interval", "4", "--rl-prompts-per-eval", "2",
+               "--make-vocab-size-divisible-by", "8", "--use-distributed-optimizer"});
+  flags.erase(flags.begin());  // the binary
+  for (const std::vector<std::string>& layout :
+       {std::vector<std::string>{}, std::vector<std::string>{"--tensor-model-parallel-size", "2"}}) {
+    const int np = layout.empty() ? 2 : 4;
+    const std::string name = layout.empty() ? "DP 2" : "TP 2 x DP 2";
+    const test::RunResult plain = run_layout(flags, layout, np);
+    ASSERT_EQ(plain.exit_code, 0) << plain.output;
+    const std::vector<std::string> collections = lines_with(plain.output, "> GRPO collection at iteration");
+    ASSERT_EQ(collections.size(), 2u) << plain.output;
+    std::vector<std::string> overlap = layout;
+    overlap.insert(overlap.end(), {"--overlap-param-gather", "--overlap-grad-reduce"});
+    const test::RunResult r = run_layout(flags, overlap, np);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(collections, lines_with(r.output, "> GRPO collection at iteration")) << name;
+    EXPECT_EQ(lines_with(plain.output, "_eval_mean_"), lines_with(r.output, "_eval_mean_")) << name;
+    expect_same_logged_values(plain, r, {"grad norm", "rl/entropy_term", "rl/pi_over_pi_old"}, name);
+  }
+}
+
+// --exit-interval 4 (a collection boundary): the run saves and exits after iteration 4, as the
+// uninterrupted run trained to there and without the evaluation after training (Megatron exits
+// from the loop); resumed with --load, it trains iterations 5-8 as the uninterrupted run (the
+// reference model from --pretrained-checkpoint in all of them, as a resumed run needs).
+TEST(GalePretrainGrpo, ExitIntervalSavesAndExitsAtACollectionBoundary) {
+  TempDir dir;
+  const std::string env = write_env(dir);
+  const std::string ckpt = dir.file("ckpt"), pretrained = dir.file("pretrained");
+  const test::RunResult first = gale(rl(env, {"--train-iters", "4", "--save", pretrained, "--save-interval", "4"}));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  auto run = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), {"--train-iters", "8", "--eval-iters", "1", "--eval-interval", "8",
+                               "--rl-prompts-per-eval", "2", "--pretrained-checkpoint", pretrained});
+    return gale(rl(env, extra));
+  };
+  const test::RunResult straight = run({});
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  const test::RunResult exited = run({"--exit-interval", "4", "--save", ckpt, "--save-interval", "8"});
+  ASSERT_EQ(exited.exit_code, 0) << exited.output;
+  EXPECT_NE(exited.output.find("[exiting program at iteration 4] datetime:"), std::string::npos) << exited.output;
+  EXPECT_EQ(testing::read_file(ckpt + "/latest_checkpointed_iteration.txt"), "4");
+  EXPECT_TRUE(lines_with(exited.output, "_eval_mean_").empty()) << exited.output;
+  const std::vector<std::string> all = lines_with(straight.output, "| consumed samples:");
+  ASSERT_EQ(all.size(), 8u) << straight.output;
+  EXPECT_EQ(std::vector<std::string>(all.begin(), all.begin() + 4), lines_with(exited.output, "| consumed samples:"));
+  const test::RunResult resumed = run({"--load", ckpt});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_EQ(std::vector<std::string>(all.begin() + 4, all.end()), lines_with(resumed.output, "| consumed samples:"));
+  EXPECT_EQ(lines_with(straight.output, "_eval_mean_"), lines_with(resumed.output, "_eval_mean_"));
+}
+
+// --async-save with --non-persistent-save-interval 4 (global): the run trains as the one without
+// checkpoints, the non-persistent checkpoint falls at the collection boundary (iteration 4) and the
+// persistent one at the end, both finalised (their trackers written); resumed from the non-persistent
+// one, the run trains iterations 5-8 as the uninterrupted run.
+TEST(GalePretrainGrpo, AsyncAndNonPersistentSavesResumeAtACollectionBoundary) {
+  TempDir dir;
+  const std::string env = write_env(dir);
+  const std::string ckpt = dir.file("ckpt"), pretrained = dir.file("pretrained");
+  const test::RunResult first = gale(rl(env, {"--train-iters", "4", "--save", pretrained, "--save-interval", "4"}));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  auto run = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), {"--train-iters", "8", "--pretrained-checkpoint", pretrained});
+    return gale(rl(env, extra));
+  };
+  const test::RunResult straight = run({});
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  const test::RunResult saved = run({"--save", ckpt, "--save-interval", "8", "--non-persistent-save-interval", "4",
+                                     "--non-persistent-ckpt-type", "global", "--async-save"});
+  ASSERT_EQ(saved.exit_code, 0) << saved.output;
+  const std::vector<std::string> all = lines_with(straight.output, "| consumed samples:");
+  ASSERT_EQ(all.size(), 8u) << straight.output;
+  EXPECT_EQ(all, lines_with(saved.output, "| consumed samples:"));
+  EXPECT_NE(saved.output.find("saving checkpoint at iteration       4 to " + ckpt + "/non_persistent"),
+            std::string::npos) << saved.output;
+  EXPECT_EQ(testing::read_file(ckpt + "/non_persistent/latest_checkpointed_iteration.txt"), "4");
+  EXPECT_EQ(testing::read_file(ckpt + "/latest_checkpointed_iteration.txt"), "8");
+  const test::RunResult resumed = run({"--load", ckpt + "/non_persistent"});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_EQ(std::vector<std::string>(all.begin() + 4, all.end()), lines_with(resumed.output, "| consumed samples:"));
+}
+
+// --train-samples 24 at --global-batch-size 4 (Megatron's update_train_iters: 24 // 4 = 6 iterations,
+// the learning rate decayed over 24 samples) trains as --train-iters 6.
+TEST(GalePretrainGrpo, TrainSamplesTrainsAsTheEquivalentIterations) {
+  TempDir dir;
+  const std::string env = write_env(dir);
+  const test::RunResult iters = gale(rl(env, {}));
+  ASSERT_EQ(iters.exit_code, 0) << iters.output;
+  std::vector<std::string> argv = rl(env, {"--train-samples", "24"});
+  const auto it = std::find(argv.begin(), argv.end(), "--train-iters");
+  argv.erase(it, it + 2);
+  const test::RunResult samples = gale(argv);
+  ASSERT_EQ(samples.exit_code, 0) << samples.output;
+  const std::vector<std::string> lines = lines_with(iters.output, "| consumed samples:");
+  ASSERT_EQ(lines.size(), 6u) << iters.output;
+  EXPECT_EQ(lines, lines_with(samples.output, "| consumed samples:"));
+}
+
+// --bf16 --reuse-fp32-param (MindSpeed: the f32 masters stored as their bf16 copy + a residual, bit
+// for bit): GRPO trains as --bf16 alone, on one process (the policy generates from its split storage)
+// and at PP 2 (the whole-model copy refit from the merged values).
+TEST(GalePretrainGrpo, ReuseFp32ParamTrainsAsBf16) {
+  TempDir dir;
+  const std::string env = write_env(dir);
+  std::vector<std::string> flags = rl(env, {"--train-iters", "4", "--global-batch-size", "8", "--bf16"});
+  flags.erase(flags.begin());  // the binary
+  const test::RunResult bf16 = run_layout(flags, {}, 1);
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.output;
+  const std::vector<std::string> lines = lines_with(bf16.output, "| consumed samples:");
+  ASSERT_EQ(lines.size(), 4u) << bf16.output;
+  const test::RunResult reuse = run_layout(flags, {"--reuse-fp32-param"}, 1);
+  ASSERT_EQ(reuse.exit_code, 0) << reuse.output;
+  EXPECT_EQ(lines, lines_with(reuse.output, "| consumed samples:"));
+  const test::RunResult pp = run_layout(flags, {"--reuse-fp32-param", "--pipeline-model-parallel-size", "2"}, 2);
+  ASSERT_EQ(pp.exit_code, 0) << pp.output;
+  EXPECT_EQ(lines_with(bf16.output, "> GRPO collection"), lines_with(pp.output, "> GRPO collection"));
+  expect_same_logged_values(bf16, pp, {"grad norm", "rl/entropy_term", "rl/pi_over_pi_old", "rl/kl_term"}, "PP 2");
+}
+
+// A LoRA policy (adapters on all four linears; the base frozen): DP 2 and TP 2 (the whole-model
+// copy holds the adapters, refit from their shards) train as one process; resumed from trained
+// adapters (--lora-load), the reference is the policy with its adapters merged (W + s·B·A), so the
+// first iteration's KL is 0 up to rounding (the unmerged base would be far from it).
+TEST(GalePretrainGrpo, LoraPolicyTrainsItsAdapters) {
+  TempDir dir;
+  const std::string env = write_env(dir);
+  std::vector<std::string> flags =
+      rl(env, {"--lora-target-modules", "linear_qkv", "linear_proj", "linear_fc1", "linear_fc2", "--lora-r", "4",
+               "--lora-alpha", "8", "--lr-decay-style", "constant", "--make-vocab-size-divisible-by", "8",
+               "--train-iters", "4", "--global-batch-size", "8"});
+  flags.erase(flags.begin());  // the binary
+  const std::string adapters = dir.file("adapters");
+  const test::RunResult one = run_layout(flags, {"--save", adapters, "--save-interval", "4"}, 1);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  ASSERT_EQ(lines_with(one.output, "| consumed samples:").size(), 4u) << one.output;
+  for (const std::vector<std::string>& layout :
+       {std::vector<std::string>{}, std::vector<std::string>{"--tensor-model-parallel-size", "2"}}) {
+    const std::string name = layout.empty() ? "DP 2" : "TP 2";
+    const test::RunResult two = run_layout(flags, layout, 2);
+    ASSERT_EQ(two.exit_code, 0) << two.output;
+    EXPECT_EQ(lines_with(one.output, "> GRPO collection"), lines_with(two.output, "> GRPO collection")) << name;
+    expect_same_logged_values(one, two, {"grad norm", "rl/entropy_term", "rl/pi_over_pi_old", "rl/kl_term"}, name);
+  }
+  std::vector<std::string> resume = flags;
+  resume.insert(resume.end(), {"--train-iters", "8", "--lora-load", adapters});
+  const test::RunResult resumed = run_layout(resume, {}, 1);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const std::vector<std::string> log = lines_with(resumed.output, "| consumed samples:");
+  ASSERT_EQ(log.size(), 4u) << resumed.output;
+  EXPECT_NE(log[0].find("iteration        5/"), std::string::npos) << log[0];
+  const std::vector<double> kl = logged_values(resumed.output, "rl/kl_term");
+  ASSERT_FALSE(kl.empty()) << resumed.output;
+  if (log[0].find("rl/kl_term") != std::string::npos) EXPECT_LT(kl[0], 1e-10) << log[0];
+  EXPECT_GT(kl.back(), 1e-6) << "the adapters moved away from the reference";
+}
+
+// An MTP policy (--mtp-num-layers 1): as Megatron's RL forward (no labels, no loss mask) the MTP loss
+// over every position with a rolled label joins the GRPO loss, scaled by --mtp-loss-scaling-factor,
+// and is logged as "mtp_1 loss". Factor 0 trains as the policy without MTP layers (their loss
+// logged, no gradient); factor 0.3 moves the gradient, and DP 2 and PP 2 (the MTP layer on the last
+// stage) reproduce one process.
+TEST(GalePretrainGrpo, MtpPolicyAddsTheMtpLoss) {
+  TempDir dir;
+  const std::string env = write_env(dir);
+  std::vector<std::string> flags = rl(env, {"--train-iters", "4", "--global-batch-size", "8"});
+  flags.erase(flags.begin());  // the binary
+  const test::RunResult plain = run_layout(flags, {}, 1);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  const test::RunResult zero = run_layout(flags, {"--mtp-num-layers", "1", "--mtp-loss-scaling-factor", "0"}, 1);
+  ASSERT_EQ(zero.exit_code, 0) << zero.output;
+  expect_same_logged_values(plain, zero, {"grad norm", "rl/entropy_term", "rl/pi_over_pi_old", "rl/kl_term"}, "factor 0");
+  const std::vector<double> mtp0 = logged_values(zero.output, "mtp_1 loss");
+  ASSERT_EQ(mtp0.size(), 4u) << zero.output;
+  for (double v : mtp0) EXPECT_GT(v, 1.0);  // cross-entropy over a padded vocabulary of 128 at start: about ln 128
+  std::vector<std::string> mtp = {"--mtp-num-layers", "1", "--mtp-loss-scaling-factor", "0.3"};
+  const test::RunResult one = run_layout(flags, mtp, 1);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_NEAR(logged_values(one.output, "mtp_1 loss").at(0), mtp0[0], 1e-6);  // the same first forward
+  EXPECT_GT(std::abs(logged_values(one.output, "grad norm").at(0) - logged_values(plain.output, "grad norm").at(0)), 1e-2);
+  for (const std::vector<std::string>& layout :
+       {std::vector<std::string>{}, std::vector<std::string>{"--pipeline-model-parallel-size", "2"}}) {
+    std::vector<std::string> l = mtp;
+    l.insert(l.end(), layout.begin(), layout.end());
+    const std::string name = layout.empty() ? "DP 2" : "PP 2";
+    const test::RunResult two = run_layout(flags, l, 2);
+    ASSERT_EQ(two.exit_code, 0) << two.output;
+    EXPECT_EQ(lines_with(one.output, "> GRPO collection"), lines_with(two.output, "> GRPO collection")) << name;
+    expect_same_logged_values(one, two, {"grad norm", "mtp_1 loss", "rl/pi_over_pi_old", "rl/kl_term"}, name);
+  }
+}
+
 // A MoE policy (4 experts, top-2, aux and z losses): expert parallelism 2 (the EP ranks decode the rollouts
 // in lockstep through the experts' all-to-all), TP 2 + SP and TP 2 + SP with EP 2 (ETP 1; the whole-model
 // copy holds every expert, gathered over EP) reproduce one process, the log line carries Megatron's load_balancing_loss and z_loss entries, and
@@ -513,7 +789,22 @@ TEST(GalePretrainGrpo, Refusals) {
                      "--save-interval: expected a multiple of --grpo-iterations x (--grpo-prompts-per-step x "
                      "--grpo-group-size / --global-batch-size) = 4 (a checkpoint falls between rollout collections), "
                      "found 6");
-  expect_usage_error(rl(env, {"--exit-interval", "4"}), "--perform-rl-step with --exit-interval: not supported yet");
+  expect_usage_error(rl(env, {"--exit-interval", "6"}),
+                     "--exit-interval: expected a multiple of --grpo-iterations x (--grpo-prompts-per-step x "
+                     "--grpo-group-size / --global-batch-size) = 4 (the run exits between rollout collections), found 6");
+  expect_usage_error(rl(env, {"--save", dir.file("ckpt"), "--save-interval", "8", "--non-persistent-save-interval", "2",
+                              "--non-persistent-ckpt-type", "global"}),
+                     "--non-persistent-save-interval: expected a multiple of --grpo-iterations x "
+                     "(--grpo-prompts-per-step x --grpo-group-size / --global-batch-size) = 4 (a checkpoint falls "
+                     "between rollout collections), found 2");
+  std::vector<std::string> rampup = rl(env, {"--rampup-batch-size", "2", "2", "8", "--train-samples", "48"});
+  rampup.erase(std::find(rampup.begin(), rampup.end(), "--train-iters"), std::find(rampup.begin(), rampup.end(), "--train-iters") + 2);
+  expect_usage_error(rampup,
+                     "--perform-rl-step with --rampup-batch-size: not supported (Megatron's RL cuts each collection "
+                     "into whole --global-batch-size batches; a ramping batch size does not)");
+  expect_usage_error(rl(env, {"--rl-use-sequence-packing", "--micro-batch-size", "1", "--mtp-num-layers", "1"}),
+                     "--perform-rl-step with --rl-use-sequence-packing and --mtp-num-layers (Gale's MTP rolls would "
+                     "cross the packed rollouts): not supported yet");
   expect_usage_error(rl(env, {"--rl-default-top-p", "1.5"}), "--rl-default-top-p: expected a number in [0, 1], found 1.5");
   expect_usage_error(rl(env, {"--rl-importance-sampling-truncation-coef", "0"}),
                      "--rl-importance-sampling-truncation-coef: expected a positive number, found 0");

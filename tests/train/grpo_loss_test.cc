@@ -144,35 +144,56 @@ TEST(GrpoLoss, GradientMatchesFiniteDifferencesThroughLogSoftmax) {
   o.clamp_eps_upper = 0.3;
   o.kl_beta = 0.2;
   o.entropy_weight = 0.05;
-  auto logprobs = [&](const std::vector<double>& z) {
-    std::vector<double> lp(static_cast<size_t>(B * S));
-    for (int64_t t = 0; t < B * S; ++t)
-      lp[t] = log_softmax_at(std::vector<double>(z.begin() + t * V, z.begin() + (t + 1) * V), labels[t]);
-    return lp;
-  };
-  auto objective = [&](const std::vector<double>& z) {
-    return grpo_micro_batch_loss(logprobs(z), old, ref, adv, mask, B, S, 2, o).mb_loss;
-  };
-  const GrpoMicroBatchLoss m = grpo_micro_batch_loss(logprobs(logits), old, ref, adv, mask, B, S, 2, o);
-  int checked = 0;
-  for (int64_t t = 0; t < B * S; ++t) {
-    const std::vector<double> row(logits.begin() + t * V, logits.begin() + (t + 1) * V);
-    double mx = row[0], sum = 0.0;
-    for (double v : row) mx = std::max(mx, v);
-    for (double v : row) sum += std::exp(v - mx);
-    for (int64_t v = 0; v < V; ++v) {
-      const double p = std::exp(row[v] - mx) / sum;
-      const double analytic = m.grad[t] * ((v == labels[t] ? 1.0 : 0.0) - p);
-      std::vector<double> zp = logits, zm = logits;
-      const double h = 1e-6;
-      zp[t * V + v] += h;
-      zm[t * V + v] -= h;
-      const double fd = (objective(zp) - objective(zm)) / (2 * h);
-      EXPECT_NEAR(analytic, fd, 1e-7) << "token " << t << " logit " << v;
-      checked += std::abs(fd) > 1e-4;
+  for (bool per_token : {false, true}) {  // the token mean over 2 micro-batches; --calculate-per-token-loss's sum
+    o.per_token_loss = per_token;
+    auto logprobs = [&](const std::vector<double>& z) {
+      std::vector<double> lp(static_cast<size_t>(B * S));
+      for (int64_t t = 0; t < B * S; ++t)
+        lp[t] = log_softmax_at(std::vector<double>(z.begin() + t * V, z.begin() + (t + 1) * V), labels[t]);
+      return lp;
+    };
+    auto objective = [&](const std::vector<double>& z) {
+      return grpo_micro_batch_loss(logprobs(z), old, ref, adv, mask, B, S, 2, o).mb_loss;
+    };
+    const GrpoMicroBatchLoss m = grpo_micro_batch_loss(logprobs(logits), old, ref, adv, mask, B, S, 2, o);
+    int checked = 0;
+    for (int64_t t = 0; t < B * S; ++t) {
+      const std::vector<double> row(logits.begin() + t * V, logits.begin() + (t + 1) * V);
+      double mx = row[0], sum = 0.0;
+      for (double v : row) mx = std::max(mx, v);
+      for (double v : row) sum += std::exp(v - mx);
+      for (int64_t v = 0; v < V; ++v) {
+        const double p = std::exp(row[v] - mx) / sum;
+        const double analytic = m.grad[t] * ((v == labels[t] ? 1.0 : 0.0) - p);
+        std::vector<double> zp = logits, zm = logits;
+        const double h = 1e-6;
+        zp[t * V + v] += h;
+        zm[t * V + v] -= h;
+        const double fd = (objective(zp) - objective(zm)) / (2 * h);
+        EXPECT_NEAR(analytic, fd, 1e-7) << "token " << t << " logit " << v << " per-token " << per_token;
+        checked += std::abs(fd) > 1e-4;
+      }
     }
+    EXPECT_GT(checked, 10);
   }
-  EXPECT_GT(checked, 10);
+}
+
+// --calculate-per-token-loss: the micro-batch loss is the masked sum, whatever the micro-batch
+// count, and its gradient the token mean's times the tokens and the micro-batches.
+TEST(GrpoLoss, PerTokenLossIsTheMaskedSum) {
+  const std::vector<double> cur = {-0.5, -1.2, -2.0, -0.9}, old = {-0.6, -1.0, -2.1, -0.8}, ref = {-0.7, -1.1, -1.9, -1.0};
+  const std::vector<float> mask = {1, 1, 0, 1};
+  GrpoLossOptions o;
+  o.kl_beta = 0.3;
+  o.clamp_eps_lower = o.clamp_eps_upper = 0.2;
+  const GrpoMicroBatchLoss mean = grpo_micro_batch_loss(cur, old, ref, {0.8, -0.4}, mask, 2, 2, 4, o);
+  o.per_token_loss = true;
+  const GrpoMicroBatchLoss sum = grpo_micro_batch_loss(cur, old, ref, {0.8, -0.4}, mask, 2, 2, 4, o);
+  EXPECT_EQ(sum.tokens, 3.0);
+  EXPECT_DOUBLE_EQ(sum.mb_loss, sum.loss_sum);
+  EXPECT_NEAR(sum.mb_loss, mean.mb_loss * 3.0 * 4.0, 1e-12);
+  for (size_t i = 0; i < cur.size(); ++i) EXPECT_NEAR(sum.grad[i], mean.grad[i] * 3.0 * 4.0, 1e-12) << i;
+  EXPECT_EQ(sum.grad[2], 0.0);  // masked
 }
 
 // A small step against the gradient raises the log-probability of the above-mean-reward

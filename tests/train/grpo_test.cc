@@ -201,5 +201,26 @@ TEST(GrpoModel, ImportanceWeightScalesThePolicyGradientAndIsTruncated) {
   EXPECT_GT(norm, 1e-3);
 }
 
+// --mtp-num-layers: the training micro-batch's loss mask becomes Megatron's for the MTP losses (every
+// position but each row's last), whatever the rollouts' mask; tokens and labels stay.
+TEST(GrpoModel, MtpLossMaskIsEveryPositionWithALabel) {
+  GrpoRollouts r;
+  r.rows = 2;
+  r.seq_length = 4;
+  r.tokens = {5, 6, 7, 0, 8, 9, 3, 4};
+  r.loss_mask = {0, 0, 1, 0, 0, 1, 1, 0};
+  r.inference_logprobs.assign(8, 0.0);
+  r.rewards = {1.0, 0.0};
+  r.advantages = {1.0, -1.0};
+  r.prompt_index = {0, 0};
+  r.completion_tokens = {1, 2};
+  MicroBatch mb = grpo_micro_batch(r, 0, 2, 0, 0);
+  const std::vector<int32_t> labels = mb.labels;
+  grpo_mtp_loss_mask(&mb);
+  EXPECT_EQ(mb.loss_mask, (std::vector<float>{1, 1, 1, 0, 1, 1, 1, 0}));
+  EXPECT_EQ(mb.labels, labels);
+  EXPECT_EQ(mb.labels, (std::vector<int32_t>{6, 7, 0, 0, 9, 3, 4, 0}));
+}
+
 }  // namespace
 }  // namespace gale
