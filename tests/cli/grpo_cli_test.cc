@@ -270,7 +270,9 @@ TEST(GalePretrainGrpo, SequencePackingTrainsOnBinsAcrossLayouts) {
   const size_t eff = log[0].find("| packing_eff: ");
   ASSERT_NE(eff, std::string::npos) << log[0];
   const double efficiency = std::stod(log[0].substr(eff + 15)) / 100.0;  // Σ lengths / (bins · S)
-  EXPECT_NEAR(efficiency, avg_len * 8.0 / (static_cast<double>(per_iteration) * 16.0), 2e-3) << log[0];
+  // avg_seq_len is printed to 0.1 and packing_eff to 0.1 %: the tolerance is their rounding.
+  EXPECT_NEAR(efficiency, avg_len * 8.0 / (static_cast<double>(per_iteration) * 16.0),
+              0.05 * 8.0 / (static_cast<double>(per_iteration) * 16.0) + 5e-4) << log[0];
   EXPECT_GT(logged_values(one.output, "compute_toks/s")[0], logged_values(one.output, "actual_toks/s")[0]);
   const test::RunResult plain = run_layout(unpacked, {}, 1);
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
