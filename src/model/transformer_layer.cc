@@ -216,13 +216,13 @@ bool overlaps_shared_expert(const LayerRuntime& rt) {
 bool has_attention(const ModelConfig& c, int64_t layer) {
   if (c.attention_kind(layer) == SubBlock::kNoOp) return false;  // a heterogeneous layer's no_op attention
   if (!c.hybrid.enabled) return true;
-  const char kind = c.hybrid.layers.at(static_cast<size_t>(layer));
+  const char kind = c.hybrid.kind(layer);
   return kind != kHybridMlp && kind != kHybridMoe;
 }
 bool has_mlp(const ModelConfig& c, int64_t layer) {
   if (c.mlp_kind(layer) == SubBlock::kNoOp) return false;
   if (!c.hybrid.enabled) return true;
-  const char kind = c.hybrid.layers.at(static_cast<size_t>(layer));
+  const char kind = c.hybrid.kind(layer);
   return kind != kHybridAttention && kind != kHybridGatedDeltaNet;
 }
 

@@ -23,7 +23,7 @@ void add_hybrid_args(ArgParser& p, ModelArgs& a) {
   p.add("--hybrid-layer-pattern", &a.hybrid_override_pattern,
         "Megatron main's name of --hybrid-override-pattern (deprecated there): the layers' symbols, --num-layers "
         "their count; '|' between pipeline stages (one segment per --pipeline-model-parallel-size rank), '/' before "
-        "each MTP depth (refused: not supported yet)");
+        "each multi-token-prediction depth's layers (M, * and -; --mtp-num-layers their count)");
   p.add("--mamba-state-dim", &a.mamba_state_dim, "the Mamba mixer's state size d_state (N)");
   p.add("--mamba-head-dim", &a.mamba_head_dim, "the Mamba mixer's head dimension (P)");
   p.add("--mamba-num-groups", &a.mamba_num_groups, "the Mamba mixer's groups of B and C (G)");
@@ -117,10 +117,12 @@ Status resolve_hybrid_layer_pattern(Arguments& a, const ArgParser& p) {
                        pattern.mtp_depths, ") in pattern '", text, "'. Using the inferred value (", pattern.mtp_depths,
                        ")."));
   m.mtp_num_layers = pattern.mtp_depths;
-  return Unimplemented(flag, " '", text, "': the multi-token-prediction block after '/' (", pattern.mtp_depths,
-                       pattern.mtp_depths == 1 ? " depth" : " depths", " of '", pattern.mtp,
-                       "'): not supported yet (Gale's hybrid model has no MTP layers; --mtp-num-layers is refused "
-                       "with --is-hybrid-model too)");
+  // Each depth's layers (model/gpt_model.h): Mamba, attention and MLP layers.
+  for (char s : pattern.mtp)
+    if (s != kHybridMamba && s != kHybridAttention && s != kHybridMlp)
+      return Unimplemented(flag, " '", text, "': the '", std::string(1, s), "' layers of the multi-token-prediction "
+                           "block '", pattern.mtp, "': not supported yet (an MTP depth holds M, * and - layers)");
+  return Status::Ok();
 }
 
 namespace {
@@ -197,8 +199,12 @@ Status validate_hybrid_args(const Arguments& a, const ArgParser& p) {
   GALE_RETURN_IF_ERROR(check_hybrid_moe_layers(layers, a.moe.enabled()));  // 'E' layers: train/arguments_hybrid_moe.cc
   if (m.multi_latent_attention)
     return Unimplemented("--is-hybrid-model with --multi-latent-attention: not supported yet");
-  if (m.mtp_num_layers != kUnset && m.mtp_num_layers > 0)
-    return Unimplemented("--is-hybrid-model with --mtp-num-layers: not supported yet");
+  // Megatron main builds a hybrid model's MTP block from the pattern's depths after '/' only (its
+  // --mtp-num-layers then follows them); without them it warns and trains no MTP layers.
+  if (m.mtp_num_layers != kUnset && m.mtp_num_layers > 0 && hybrid_pattern_mtp_depths(m.hybrid_override_pattern) == 0)
+    return InvalidArgument("--mtp-num-layers ", m.mtp_num_layers, " with --is-hybrid-model: expected the MTP layers' "
+                           "pattern after '/' in --hybrid-layer-pattern (e.g. 'M*M*/MM/MM': 2 depths of 'MM'), found "
+                           "none in '", m.hybrid_override_pattern, "' (Megatron would build no MTP layers)");
   if (!m.noop_layers_flag.empty()) return Unimplemented("--is-hybrid-model with --noop-layers: not supported yet");
   // Flags of features that reach into the transformer layers' saved state or parameters.
   for (const char* flag :

@@ -226,7 +226,7 @@ std::vector<std::string> layer_pattern(const std::string& pattern, std::vector<s
 TEST(HybridArguments, LayerPatternStagesAsMegatronMain) {
   std::ifstream in(std::string(GALE_TEST_DATA_DIR) + "/reference/hybrid_pattern/megatron_parse.json");
   ASSERT_TRUE(in.good());
-  int placed = 0, refused = 0;
+  int placed = 0, refused = 0, mtps = 0;
   for (const auto& c : nlohmann::json::parse(in)) {
     const std::string pattern = c.at("pattern").get<std::string>();
     if (pattern.find_first_of("GE+D") != std::string::npos) continue;
@@ -238,11 +238,13 @@ TEST(HybridArguments, LayerPatternStagesAsMegatronMain) {
       testing::PretrainCli cli;
       const Status s = cli.parse_minimal(layer_pattern(pattern, {"--pipeline-model-parallel-size", std::to_string(pp)}), pp);
       const std::string where = pattern + " at PP " + std::to_string(pp) + ": " + s.to_string();
-      if (parse.contains("error") || mtp || split.contains("error") || !split.at("vpp").is_null()) {
+      // A pattern of MTP depths alone ("/MM/MM") has no decoder layer: Gale's --num-layers check.
+      const bool no_layers = !parse.contains("error") && c.at("layers").get<int64_t>() == 0;
+      if (parse.contains("error") || split.contains("error") || !split.at("vpp").is_null() || no_layers) {
         ASSERT_FALSE(s.ok()) << where;
         EXPECT_EQ(s.message().find('\n'), std::string::npos) << where;
-        // Gale's order: the parse, the segments among the ranks, virtual stages, MTP (refused before
-        // the layout checks), the even split without '|'.
+        // Gale's order: the parse, the segments among the ranks, virtual stages, the even split
+        // without '|'.
         const bool segments = split.contains("error") && split.at("kind") == "segments_not_divisible";
         const bool interleaved = !split.contains("error") && split.contains("vpp") && !split.at("vpp").is_null();
         std::string expected = "must be divisible by --pipeline-model-parallel-size";
@@ -255,14 +257,16 @@ TEST(HybridArguments, LayerPatternStagesAsMegatronMain) {
         else if (interleaved)
           expected = pp == 1 ? "the interleaved schedule needs --pipeline-model-parallel-size > 1"
                              : "virtual pipeline stages per rank: not supported yet";
-        else if (mtp)
-          expected = "the multi-token-prediction block after '/'";
+        else if (no_layers)
+          expected = "--num-layers: expected a positive integer, found 0";
         EXPECT_NE(s.message().find(expected), std::string::npos) << where;
         ++refused;
         continue;
       }
       ASSERT_TRUE(s.ok()) << where;
       EXPECT_EQ(cli.args.model.num_layers, c.at("layers").get<int64_t>()) << where;
+      EXPECT_EQ(cli.args.model.mtp_num_layers, mtp ? parse.at("depths").get<int64_t>() : kUnset) << where;
+      mtps += mtp;
       for (int64_t r = 0; r < pp; ++r) {
         const auto& stage = split.at("stages")[r][0];
         EXPECT_EQ(chunk_layers(cli.args, r, 0),
@@ -273,27 +277,43 @@ TEST(HybridArguments, LayerPatternStagesAsMegatronMain) {
     }
   }
   EXPECT_GE(placed, 12);
-  EXPECT_GE(refused, 30);
+  EXPECT_GE(refused, 20);
+  EXPECT_GE(mtps, 3);  // patterns with MTP depths placed
 }
 
-// MTP depths after '/': Megatron main infers --mtp-num-layers from them; Gale's hybrid model has
-// no MTP layers, so the pattern is refused after Megatron's checks, in one line.
-TEST(HybridArguments, LayerPatternMtpDepthsAreReadThenRefused) {
+// MTP depths after '/': Megatron main infers --mtp-num-layers from them (a warning when it was given
+// otherwise, the pattern's count wins); a hybrid model's --mtp-num-layers needs them (Megatron would
+// build no MTP layers); the depths' layers are M, * and -; no context parallelism (as GPT's MTP).
+TEST(HybridArguments, LayerPatternMtpDepthsGiveTheMtpLayers) {
   testing::PretrainCli cli;
-  const Status s = cli.parse_minimal(layer_pattern("M*M*/MM/MM", {}));
-  ASSERT_EQ(s.code(), StatusCode::kUnimplemented) << s.to_string();
-  EXPECT_EQ(s.message(), "--hybrid-layer-pattern 'M*M*/MM/MM': the multi-token-prediction block after '/' (2 depths "
-                         "of 'MM'): not supported yet (Gale's hybrid model has no MTP layers; --mtp-num-layers is "
-                         "refused with --is-hybrid-model too)");
+  const Status s = cli.parse_minimal(layer_pattern("M*M*/M-*/M-*", {}));
+  ASSERT_TRUE(s.ok()) << s.to_string();
   EXPECT_EQ(cli.args.model.mtp_num_layers, 2);
   EXPECT_EQ(cli.args.model.num_layers, 4);
   testing::PretrainCli conflict;  // Megatron: a warning, and the pattern's count wins
-  EXPECT_FALSE(conflict.parse_minimal(layer_pattern("M*/*M", {"--mtp-num-layers", "3"})).ok());
+  ASSERT_TRUE(conflict.parse_minimal(layer_pattern("M*/*M", {"--mtp-num-layers", "3"})).ok());
   EXPECT_EQ(conflict.args.model.mtp_num_layers, 1);
   testing::PretrainCli none;  // nothing after the separators: no MTP
   ASSERT_TRUE(none.parse_minimal(layer_pattern("M*M*//", {})).ok());
   EXPECT_EQ(none.args.model.num_layers, 4);
   EXPECT_EQ(none.args.model.mtp_num_layers, kUnset);
+  testing::PretrainCli pp;  // pipeline stages: the MTP block on the last one
+  ASSERT_TRUE(pp.parse_minimal(layer_pattern("M*|M*/M*", {"--pipeline-model-parallel-size", "2"}), 2).ok());
+  EXPECT_EQ(pp.args.model.mtp_num_layers, 1);
+  for (const FlagErrorCase& e : std::vector<FlagErrorCase>{
+           {layer_pattern("M*M*", {"--mtp-num-layers", "2"}), 1,
+            "--mtp-num-layers 2 with --is-hybrid-model: expected the MTP layers' pattern after '/' in "
+            "--hybrid-layer-pattern (e.g. 'M*M*/MM/MM': 2 depths of 'MM'), found none in 'M*M*' (Megatron would build "
+            "no MTP layers)"},
+           {{"--is-hybrid-model", "--hybrid-layer-pattern", "ME/ME", "--mamba-head-dim", "16", "--mamba-num-groups",
+             "2", "--num-experts", "4", "--moe-router-topk", "2"},
+            1,
+            "--hybrid-layer-pattern 'ME/ME': the 'E' layers of the multi-token-prediction block 'ME': not supported "
+            "yet (an MTP depth holds M, * and - layers)"},
+           {layer_pattern("M*/M*", {"--context-parallel-size", "2"}), 2,
+            "--mtp-num-layers with --context-parallel-size 2: Megatron does not support multi-token prediction with "
+            "context parallelism (expected --context-parallel-size 1)"}})
+    testing::expect_one_line_error(e);
 }
 
 // '|' with an uneven split (3 + 1 layers, and 5 layers that the even split would refuse at PP 2),
