@@ -16,8 +16,9 @@ void add_hybrid_args(ArgParser& p, ModelArgs& a) {
   p.add("--hybrid-mlp-ratio", &a.hybrid_mlp_ratio, "target fraction of MLP layers ('-')");
   p.add("--hybrid-override-pattern", &a.hybrid_override_pattern,
         "the layers' types, one symbol per layer: M (Mamba), G (Gated DeltaNet, sized by --linear-*), * (attention), "
-        "- (MLP), E (MoE, with --num-experts); + (multi-latent attention) and D (DeepSeek sparse attention) are "
-        "refused (not supported yet), '*' with '+' or 'D' as Megatron; with '|' or '/' read as --hybrid-layer-pattern");
+        "- (MLP), E (MoE, with --num-experts), + (multi-latent attention, sized by the MLA flags; sets "
+        "--multi-latent-attention); D (DeepSeek sparse attention) is refused (not supported yet), '*' with '+' or 'D' "
+        "as Megatron; with '|' or '/' read as --hybrid-layer-pattern");
   // Megatron main's spelling: the same field, told apart by ArgParser::was_set
   // (resolve_hybrid_layer_pattern).
   p.add("--hybrid-layer-pattern", &a.hybrid_override_pattern,
@@ -69,6 +70,9 @@ Status check_pattern_pipeline_flags(const ParallelArgs& par, const std::string& 
 
 Status resolve_hybrid_layer_pattern(Arguments& a, const ArgParser& p) {
   ModelArgs& m = a.model;
+  // Megatron main: multi-latent attention layers ('+') in the pattern set --multi-latent-attention.
+  if (m.is_hybrid_model && hybrid_pattern_layers(m.hybrid_override_pattern).find(kHybridMla) != std::string::npos)
+    m.multi_latent_attention = true;
   const bool layer = p.was_set("--hybrid-layer-pattern"), override = p.was_set("--hybrid-override-pattern");
   if (layer && override)  // Megatron main's assertion
     return InvalidArgument("--hybrid-override-pattern and --hybrid-layer-pattern cannot both be specified. "
@@ -197,8 +201,17 @@ Status validate_hybrid_args(const Arguments& a, const ArgParser& p) {
   }
   // What the Mamba layers do not handle yet.
   GALE_RETURN_IF_ERROR(check_hybrid_moe_layers(layers, a.moe.enabled()));  // 'E' layers: train/arguments_hybrid_moe.cc
-  if (m.multi_latent_attention)
-    return Unimplemented("--is-hybrid-model with --multi-latent-attention: not supported yet");
+  // Multi-latent attention layers ('+'; Megatron main's mla_layer spec: input_layernorm, then
+  // MLASelfAttention without q/kv layernorms, no MLP). '+' sets --multi-latent-attention (as
+  // Megatron main infers it); the '*' layers stay standard attention there, which Megatron then
+  // runs without RoPE, so Gale asks for '+' instead.
+  if (m.multi_latent_attention && layers.find(kHybridAttention) != std::string::npos)
+    return InvalidArgument("--multi-latent-attention with --is-hybrid-model: expected the attention layers as "
+                           "multi-latent attention layers ('+') in --hybrid-override-pattern, found '*' in '", layers,
+                           "'");
+  if (layers.find(kHybridMla) != std::string::npos && m.qk_layernorm)
+    return InvalidArgument("--qk-layernorm with the multi-latent attention layers ('+') of --hybrid-override-pattern: "
+                           "expected no --qk-layernorm (Megatron's hybrid MLA layer has no q/kv layernorms), found it set");
   // Megatron main builds a hybrid model's MTP block from the pattern's depths after '/' only (its
   // --mtp-num-layers then follows them); without them it warns and trains no MTP layers.
   if (m.mtp_num_layers != kUnset && m.mtp_num_layers > 0 && hybrid_pattern_mtp_depths(m.hybrid_override_pattern) == 0)

@@ -67,7 +67,6 @@ Status check_hybrid_inference(const Arguments& args) {
   if (!args.lora.lora_load.empty())
     return Unimplemented("--is-hybrid-model with --lora-load: not supported yet (hybrid models train no LoRA adapters)");
   GALE_RETURN_IF_ERROR(check_hybrid_moe_layers(layers, args.moe.enabled()));
-  if (m.multi_latent_attention) return Unimplemented("--is-hybrid-model with --multi-latent-attention: not supported yet");
   if (layers.find(kHybridGatedDeltaNet) != std::string::npos)
     return Unimplemented("a hybrid model with Gated DeltaNet layers ('G' in '", layers,
                          "'): generation, evaluation and conversion are not supported yet (its checkpoint args do not "

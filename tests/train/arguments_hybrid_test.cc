@@ -95,6 +95,20 @@ TEST(HybridArguments, ContextParallelAccepted) {
 }
 
 // 'G' layers with their flags: one process, and TP 2 with SP (2 key heads: one per rank) and PP 2.
+// '+' layers set --multi-latent-attention (Megatron main infers it from the pattern), with TP, CP and PP.
+TEST(HybridArguments, MultiLatentAttentionLayersAccepted) {
+  for (const auto& [world, flags] : std::vector<std::pair<int64_t, std::vector<std::string>>>{
+           {1, {}},
+           {2, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}},
+           {2, {"--context-parallel-size", "2"}},
+           {2, {"--pipeline-model-parallel-size", "2"}}}) {
+    testing::PretrainCli cli;
+    const Status s = cli.parse_minimal(hybrid_pattern("M+", flags), world);
+    EXPECT_TRUE(s.ok()) << world << ": " << s.to_string();
+    EXPECT_TRUE(cli.args.model.multi_latent_attention);
+  }
+}
+
 TEST(HybridArguments, GatedDeltaNetLayersAccepted) {
   for (const auto& [world, flags] : std::vector<std::pair<int64_t, std::vector<std::string>>>{
            {1, {}},
@@ -146,9 +160,16 @@ INSTANTIATE_TEST_SUITE_P(
                       "--context-parallel-algo adaptive_cp_algo or hybrid_adaptive_cp_algo with --is-hybrid-model: "
                       "not supported yet"},
         // Megatron-Core main's other symbols: known, Megatron's mixing rule applied, then refused.
-        FlagErrorCase{hybrid_pattern("M+", {}), 1,
-                      "--hybrid-override-pattern: the multi-latent attention layers ('+') of 'M+': not supported yet "
-                      "(Gale's hybrid stack builds M, G, *, - and E layers)"},
+        FlagErrorCase{hybrid_pattern("MD", {}), 1,
+                      "--hybrid-override-pattern: the DeepSeek sparse attention layers ('D') of 'MD': not supported yet "
+                      "(Gale's hybrid stack builds M, G, *, +, - and E layers)"},
+        // '+' layers: Megatron main's mla_layer (no q/kv norms); MLA for the '*' layers is refused.
+        FlagErrorCase{hybrid_pattern("M+", {"--qk-layernorm"}), 1,
+                      "--qk-layernorm with the multi-latent attention layers ('+') of --hybrid-override-pattern: "
+                      "expected no --qk-layernorm (Megatron's hybrid MLA layer has no q/kv layernorms), found it set"},
+        FlagErrorCase{hybrid_pattern("M*", {"--multi-latent-attention"}), 1,
+                      "--multi-latent-attention with --is-hybrid-model: expected the attention layers as multi-latent "
+                      "attention layers ('+') in --hybrid-override-pattern, found '*' in 'M*'"},
         // 'G' layers: the --linear-* sizes and what GDN needs of the model.
         FlagErrorCase{hybrid_pattern("MG", {"--normalization", "RMSNorm"}), 1,
                       "the Gated DeltaNet layers ('G') of --hybrid-override-pattern needs --swiglu (the convolution's "
