@@ -218,7 +218,12 @@ Status validate_hybrid_args(const Arguments& a, const ArgParser& p) {
     return InvalidArgument("--mtp-num-layers ", m.mtp_num_layers, " with --is-hybrid-model: expected the MTP layers' "
                            "pattern after '/' in --hybrid-layer-pattern (e.g. 'M*M*/MM/MM': 2 depths of 'MM'), found "
                            "none in '", m.hybrid_override_pattern, "' (Megatron would build no MTP layers)");
-  if (!m.noop_layers_flag.empty()) return Unimplemented("--is-hybrid-model with --noop-layers: not supported yet");
+  // MindSpeed's --noop-layers patches TransformerBlock's layer building only (NoopLayersFeature);
+  // a hybrid model's MambaStack has no such layers, so MindSpeed would train the pattern's layers.
+  if (!m.noop_layers_flag.empty())
+    return InvalidArgument("--noop-layers with --is-hybrid-model: expected no --noop-layers (MindSpeed's NoopLayersFeature replaces "
+                           "layers of the TransformerBlock; the hybrid stack, Megatron's MambaStack, builds its layers "
+                           "from the pattern and would ignore the flag), found '", m.noop_layers_flag, "'");
   // Flags of features that reach into the transformer layers' saved state or parameters.
   for (const char* flag :
        {"--recompute-activation-function", "--recompute-norm", "--swap-attention", "--swap-layer-input",

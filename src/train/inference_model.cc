@@ -71,7 +71,9 @@ Status check_hybrid_inference(const Arguments& args) {
     return Unimplemented("a hybrid model with Gated DeltaNet layers ('G' in '", layers,
                          "'): generation, evaluation and conversion are not supported yet (its checkpoint args do not "
                          "restore the --linear-* sizes)");
-  if (!m.noop_layers_flag.empty()) return Unimplemented("--is-hybrid-model with --noop-layers: not supported yet");
+  if (!m.noop_layers_flag.empty())  // as gale pretrain (train/arguments_hybrid.cc): MindSpeed's MambaStack has none
+    return InvalidArgument("--noop-layers with --is-hybrid-model: expected no --noop-layers, found '", m.noop_layers_flag,
+                           "'");
   return Status::Ok();
 }
 

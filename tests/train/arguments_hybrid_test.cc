@@ -167,6 +167,11 @@ INSTANTIATE_TEST_SUITE_P(
         FlagErrorCase{hybrid_pattern("M+", {"--qk-layernorm"}), 1,
                       "--qk-layernorm with the multi-latent attention layers ('+') of --hybrid-override-pattern: "
                       "expected no --qk-layernorm (Megatron's hybrid MLA layer has no q/kv layernorms), found it set"},
+        // MindSpeed's --noop-layers patches TransformerBlock only: refused with its reason.
+        FlagErrorCase{hybrid_pattern("M*", {"--noop-layers", "1"}), 1,
+                      "--noop-layers with --is-hybrid-model: expected no --noop-layers (MindSpeed's NoopLayersFeature "
+                      "replaces layers of the TransformerBlock; the hybrid stack, Megatron's MambaStack, builds its "
+                      "layers from the pattern and would ignore the flag), found '1'"},
         FlagErrorCase{hybrid_pattern("M*", {"--multi-latent-attention"}), 1,
                       "--multi-latent-attention with --is-hybrid-model: expected the attention layers as multi-latent "
                       "attention layers ('+') in --hybrid-override-pattern, found '*' in 'M*'"},
