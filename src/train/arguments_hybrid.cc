@@ -23,7 +23,8 @@ void add_hybrid_args(ArgParser& p, ModelArgs& a) {
   // (resolve_hybrid_layer_pattern).
   p.add("--hybrid-layer-pattern", &a.hybrid_override_pattern,
         "Megatron main's name of --hybrid-override-pattern (deprecated there): the layers' symbols, --num-layers "
-        "their count; '|' between pipeline stages (one segment per --pipeline-model-parallel-size rank), '/' before "
+        "their count; '|' between pipeline stages (segment k on rank k mod --pipeline-model-parallel-size, virtual stage k / PP: "
+        "interleaved when there are more segments than ranks), '/' before "
         "each multi-token-prediction depth's layers (M, * and -; --mtp-num-layers their count)");
   p.add("--mamba-state-dim", &a.mamba_state_dim, "the Mamba mixer's state size d_state (N)");
   p.add("--mamba-head-dim", &a.mamba_head_dim, "the Mamba mixer's head dimension (P)");
@@ -105,10 +106,8 @@ Status resolve_hybrid_layer_pattern(Arguments& a, const ArgParser& p) {
       return InvalidArgument(flag, " '", text, "' has ", segments, " pipe-delimited segments: with "
                              "--pipeline-model-parallel-size 1 they are virtual pipeline stages, and the interleaved "
                              "schedule needs --pipeline-model-parallel-size > 1 (give one segment per pipeline rank)");
-    if (vpp > 1)
-      return Unimplemented(flag, " '", text, "': ", segments, " pipe-delimited segments over --pipeline-model-parallel-"
-                           "size ", pp, " make ", vpp, " virtual pipeline stages per rank: not supported yet with "
-                           "--is-hybrid-model (give one segment per pipeline rank)");
+    // vpp > 1 at PP > 1: segment k = v·PP + r is virtual stage v of rank r, run by the interleaved
+    // schedule (validate_pipeline_split sets the VPP size and the stages' layers).
   } else if (pp > 1) {
     warn_rank0(str_cat("DEPRECATION: Using ", flag, " without pipe ('|') separators with --pipeline-model-parallel-"
                        "size > 1 is deprecated. Please add '|' separators to explicitly define pipeline stage "

@@ -252,7 +252,7 @@ std::vector<std::string> layer_pattern(const std::string& pattern, std::vector<s
 TEST(HybridArguments, LayerPatternStagesAsMegatronMain) {
   std::ifstream in(std::string(GALE_TEST_DATA_DIR) + "/reference/hybrid_pattern/megatron_parse.json");
   ASSERT_TRUE(in.good());
-  int placed = 0, refused = 0, mtps = 0;
+  int placed = 0, refused = 0, mtps = 0, interleaved = 0;
   for (const auto& c : nlohmann::json::parse(in)) {
     const std::string pattern = c.at("pattern").get<std::string>();
     if (pattern.find_first_of("GE+D") != std::string::npos) continue;
@@ -262,17 +262,21 @@ TEST(HybridArguments, LayerPatternStagesAsMegatronMain) {
     for (const auto& split : splits) {
       const int64_t pp = split.at("pp").get<int64_t>();
       testing::PretrainCli cli;
-      const Status s = cli.parse_minimal(layer_pattern(pattern, {"--pipeline-model-parallel-size", std::to_string(pp)}), pp);
+      // Micro-batches a multiple of PP (the interleaved schedule's rule, for the virtual stages).
+      const Status s = cli.parse_minimal(layer_pattern(pattern, {"--pipeline-model-parallel-size", std::to_string(pp),
+                                                                 "--global-batch-size", std::to_string(2 * pp)}),
+                                         pp);
       const std::string where = pattern + " at PP " + std::to_string(pp) + ": " + s.to_string();
       // A pattern of MTP depths alone ("/MM/MM") has no decoder layer: Gale's --num-layers check.
       const bool no_layers = !parse.contains("error") && c.at("layers").get<int64_t>() == 0;
-      if (parse.contains("error") || split.contains("error") || !split.at("vpp").is_null() || no_layers) {
+      const bool interleaved_pp1 =
+          !split.contains("error") && pp == 1 && split.contains("vpp") && !split.at("vpp").is_null();
+      if (parse.contains("error") || split.contains("error") || interleaved_pp1 || no_layers) {
         ASSERT_FALSE(s.ok()) << where;
         EXPECT_EQ(s.message().find('\n'), std::string::npos) << where;
         // Gale's order: the parse, the segments among the ranks, virtual stages, the even split
         // without '|'.
         const bool segments = split.contains("error") && split.at("kind") == "segments_not_divisible";
-        const bool interleaved = !split.contains("error") && split.contains("vpp") && !split.at("vpp").is_null();
         std::string expected = "must be divisible by --pipeline-model-parallel-size";
         if (parse.contains("error"))
           expected = parse.at("kind") == "mtp_not_identical"    ? "must be identical"
@@ -280,9 +284,8 @@ TEST(HybridArguments, LayerPatternStagesAsMegatronMain) {
                                                                 : "is not a valid layer symbol";
         else if (segments)
           expected = "the number of pipe-delimited segments";
-        else if (interleaved)
-          expected = pp == 1 ? "the interleaved schedule needs --pipeline-model-parallel-size > 1"
-                             : "virtual pipeline stages per rank: not supported yet";
+        else if (interleaved_pp1)
+          expected = "the interleaved schedule needs --pipeline-model-parallel-size > 1";
         else if (no_layers)
           expected = "--num-layers: expected a positive integer, found 0";
         EXPECT_NE(s.message().find(expected), std::string::npos) << where;
@@ -293,18 +296,27 @@ TEST(HybridArguments, LayerPatternStagesAsMegatronMain) {
       EXPECT_EQ(cli.args.model.num_layers, c.at("layers").get<int64_t>()) << where;
       EXPECT_EQ(cli.args.model.mtp_num_layers, mtp ? parse.at("depths").get<int64_t>() : kUnset) << where;
       mtps += mtp;
-      for (int64_t r = 0; r < pp; ++r) {
-        const auto& stage = split.at("stages")[r][0];
-        EXPECT_EQ(chunk_layers(cli.args, r, 0),
-                  std::make_pair(stage[1].get<int64_t>(), static_cast<int64_t>(stage[0].get<std::string>().size())))
-            << where << " rank " << r;
+      // Every virtual stage of every rank (segments beyond PP: the interleaved schedule's chunks).
+      if (!split.contains("stages")) {  // no '|': one stage, Megatron's layers
+        EXPECT_EQ(chunk_layers(cli.args, 0, 0), std::make_pair(int64_t{0}, c.at("layers").get<int64_t>())) << where;
+        ++placed;
+        continue;
       }
+      for (int64_t r = 0; r < pp; ++r)
+        for (size_t v = 0; v < split.at("stages")[r].size(); ++v) {
+          const auto& stage = split.at("stages")[r][v];
+          EXPECT_EQ(chunk_layers(cli.args, r, static_cast<int64_t>(v)),
+                    std::make_pair(stage[1].get<int64_t>(), static_cast<int64_t>(stage[0].get<std::string>().size())))
+              << where << " rank " << r << " virtual stage " << v;
+        }
+      interleaved += split.at("stages")[0].size() > 1;
       ++placed;
     }
   }
   EXPECT_GE(placed, 12);
   EXPECT_GE(refused, 20);
-  EXPECT_GE(mtps, 3);  // patterns with MTP depths placed
+  EXPECT_GE(mtps, 3);         // patterns with MTP depths placed
+  EXPECT_GE(interleaved, 1);  // and with virtual stages (more segments than ranks)
 }
 
 // MTP depths after '/': Megatron main infers --mtp-num-layers from them (a warning when it was given
@@ -362,6 +374,21 @@ TEST(HybridArguments, LayerPatternPipesGiveTheStages) {
   EXPECT_EQ(chunk_layers(old.args, 0, 0), std::make_pair(int64_t{0}, int64_t{3}));
 }
 
+// More segments than pipeline ranks: segment k = v·PP + r is virtual stage v of rank r (Megatron
+// main's select_pipeline_segment), run by the interleaved schedule.
+TEST(HybridArguments, LayerPatternSegmentsBeyondThePipelineRanksAreVirtualStages) {
+  testing::PretrainCli cli;
+  const Status s = cli.parse_minimal(
+      layer_pattern("M*|-|MM-|*-M*/*M", {"--pipeline-model-parallel-size", "2", "--global-batch-size", "4"}), 2);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  EXPECT_EQ(cli.args.parallel.virtual_pipeline_model_parallel_size, 2);
+  EXPECT_EQ(cli.args.model.mtp_num_layers, 1);
+  EXPECT_EQ(chunk_layers(cli.args, 0, 0), std::make_pair(int64_t{0}, int64_t{2}));  // "M*"
+  EXPECT_EQ(chunk_layers(cli.args, 1, 0), std::make_pair(int64_t{2}, int64_t{1}));  // "-"
+  EXPECT_EQ(chunk_layers(cli.args, 0, 1), std::make_pair(int64_t{3}, int64_t{3}));  // "MM-"
+  EXPECT_EQ(chunk_layers(cli.args, 1, 1), std::make_pair(int64_t{6}, int64_t{4}));  // "*-M*", then the MTP block
+}
+
 // Megatron main's errors for the pipeline flags that --hybrid-layer-pattern replaces.
 TEST(HybridArguments, LayerPatternPipelineFlagErrorsAsMegatronMain) {
   for (const FlagErrorCase& e : std::vector<FlagErrorCase>{
@@ -392,9 +419,10 @@ TEST(HybridArguments, LayerPatternPipelineFlagErrorsAsMegatronMain) {
            {layer_pattern("M*|M*", {}), 1,
             "--hybrid-layer-pattern 'M*|M*' has 2 pipe-delimited segments: with --pipeline-model-parallel-size 1 they "
             "are virtual pipeline stages, and the interleaved schedule needs --pipeline-model-parallel-size > 1"},
+           // Virtual stages run the interleaved schedule, with its rule on the micro-batches.
            {layer_pattern("M|*|M|*", {"--pipeline-model-parallel-size", "2"}), 2,
-            "--hybrid-layer-pattern 'M|*|M|*': 4 pipe-delimited segments over --pipeline-model-parallel-size 2 make 2 "
-            "virtual pipeline stages per rank: not supported yet with --is-hybrid-model"},
+            "the interleaved pipeline schedule needs the micro-batches per iteration (--global-batch-size 2 / "
+            "(--micro-batch-size 2 x data-parallel size 1) = 1) to be a multiple of --pipeline-model-parallel-size 2"},
            {layer_pattern("M*|Mx", {"--pipeline-model-parallel-size", "2"}), 2,
             "--hybrid-layer-pattern 'M*|Mx': in the main pattern, 'x' is not a valid layer symbol"},
            {layer_pattern("M*/M|M", {}), 1,
