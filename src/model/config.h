@@ -309,10 +309,18 @@ struct HybridConfig {
   // Gale's f32 scan (model/mamba_mixer.h).
   DType training_ssm_states = DType::kF32;
   int64_t chunk_size = 128;
-  bool is_mamba_layer(int64_t layer) const {
-    return enabled && layer >= 0 && layer < static_cast<int64_t>(layers.size()) &&
-           layers[static_cast<size_t>(layer)] == 'M';
+  // Multi-token prediction (--hybrid-layer-pattern's block after '/', Megatron's hybrid MTP): the
+  // symbols of one MTP depth's layers (M, * or -; "" without MTP). With ModelConfig::mtp_num_layers
+  // D, depth k's layer j is global layer layers.size() + k·mtp.size() + j (model/gpt_model.h).
+  std::string mtp;
+  // The symbol of global layer `layer`: a decoder layer's, or an MTP layer's (0 past both).
+  char kind(int64_t layer) const {
+    const int64_t L = static_cast<int64_t>(layers.size()), P = static_cast<int64_t>(mtp.size());
+    if (layer < 0) return 0;
+    if (layer < L) return layers[static_cast<size_t>(layer)];
+    return P > 0 ? mtp[static_cast<size_t>((layer - L) % P)] : 0;
   }
+  bool is_mamba_layer(int64_t layer) const { return enabled && kind(layer) == 'M'; }
 };
 
 // Megatron's heterogeneous layers (--heterogeneous-layers-config-path / -encoded-json, the
@@ -465,7 +473,8 @@ struct ModelConfig {
   std::vector<int64_t> noop_layers;
   // --mtp-num-layers D (0: none) and --mtp-loss-scaling-factor: DeepSeek-V3 multi-token prediction
   // after the decoder (model/gpt_model.h). The MTP layers' transformer layers are global layers
-  // num_layers .. num_layers + D - 1 (dropout streams, MoE kind: MoeConfig::is_moe_layer).
+  // num_layers .. num_layers + D - 1 (dropout streams, MoE kind: MoeConfig::is_moe_layer); a hybrid
+  // model's are D depths of HybridConfig::mtp's layers (mtp_layers_per_depth() each).
   int64_t mtp_num_layers = 0;
   double mtp_loss_scaling_factor = 0.1;
   // Heterogeneous layers: one entry per decoder layer; empty: every layer as the flags say.
@@ -548,8 +557,13 @@ struct ModelConfig {
   int64_t num_moe_layers() const {
     int64_t n = 0;
     for (int64_t i = 0; i < num_layers; ++i) n += moe.is_moe_layer(i) && !is_noop_layer(i) ? 1 : 0;
-    for (int64_t i = num_layers; i < num_layers + mtp_num_layers; ++i) n += moe.is_moe_layer(i) ? 1 : 0;
+    for (int64_t i = num_layers; i < num_layers + mtp_num_layers * mtp_layers_per_depth(); ++i)
+      n += moe.is_moe_layer(i) ? 1 : 0;
     return n;
+  }
+  // The layers of one MTP depth: a hybrid model's MTP pattern's (HybridConfig::mtp), else 1.
+  int64_t mtp_layers_per_depth() const {
+    return hybrid.enabled && !hybrid.mtp.empty() ? static_cast<int64_t>(hybrid.mtp.size()) : 1;
   }
 };
 

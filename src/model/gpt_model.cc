@@ -38,7 +38,7 @@ struct MtpSaved {
   Tensor e, e_stats;         // the embedding of the rolled ids [Tl, H] (enorm's input)
   Tensor h, h_stats;         // the previous hidden states [Tl, H] (hnorm's input)
   Tensor cat_full;           // eh_proj's input [T, 2H] (gathered under SP; GEMM input type)
-  LayerSaved layer;
+  std::vector<LayerSaved> layers;  // one per layer of the depth (a hybrid MTP pattern's; else one)
   Tensor final_in, final_stats, y_full, lse, head_saved;
 };
 
@@ -75,6 +75,11 @@ void split_columns(const Tensor& ab, Tensor* a, Tensor* b) {
     std::copy(in + r * 2 * H, in + r * 2 * H + H, a->data<float>() + r * H);
     std::copy(in + r * 2 * H + H, in + (r + 1) * 2 * H, b->data<float>() + r * H);
   }
+}
+
+// The global layer index of MTP depth k's layer j (ModelConfig::mtp_num_layers).
+int64_t mtp_layer_index(const ModelConfig& c, int64_t k, int64_t j) {
+  return c.num_layers + k * c.mtp_layers_per_depth() + j;
 }
 
 // Dropout stream of MTP layer k's embedding (the decoder's embedding uses dropout_stream(seed, -1, 0)).
@@ -179,12 +184,18 @@ GPTModel::GPTModel(const ModelConfig& config, const ModelPartition& part, const 
       norm(prefix + "hnorm", &m.hnorm_w, &m.hnorm_b);
       m.eh_proj_w = params_.add(tp_split(make_param_spec(prefix + "eh_proj.weight", {c.hidden, 2 * c.hidden},
                                                          InitKind::kNormal, c.init_std, true), part_, 0));
-      // A decoder layer's parameters under Megatron's names (the submodule is saved as transformer_layer).
-      const int64_t layer = c.num_layers + k;
-      const int first_id = params_.size();
-      m.layer = register_layer_params(params_, c, part_, layer);
-      for (int id = first_id; id < params_.size(); ++id)  // buffers (a router's expert_bias) included
-        params_.rename_prefix(id, str_cat("decoder.layers.", layer, "."), prefix + "transformer_layer.");
+      // A decoder layer's parameters under Megatron's names: the GPT path's submodule is saved as
+      // transformer_layer, the hybrid path's HybridStack as mtp_model_layer.layers.{j}.
+      const int64_t P = c.mtp_layers_per_depth();
+      const bool hybrid_mtp = c.hybrid.enabled && !c.hybrid.mtp.empty();
+      for (int64_t j = 0; j < P; ++j) {
+        const int64_t layer = mtp_layer_index(c, k, j);
+        const int first_id = params_.size();
+        m.layers.push_back(register_layer_params(params_, c, part_, layer));
+        const std::string to = hybrid_mtp ? str_cat(prefix, "mtp_model_layer.layers.", j, ".") : prefix + "transformer_layer.";
+        for (int id = first_id; id < params_.size(); ++id)  // buffers (a router's expert_bias) included
+          params_.rename_prefix(id, str_cat("decoder.layers.", layer, "."), to);
+      }
       norm(prefix + "final_layernorm", &m.final_w, &m.final_b);
       mtp_.push_back(m);
     }
@@ -746,7 +757,11 @@ void GPTModel::mtp_forward(State& st, const Tensor& h0) {
     Tensor z = linear_forward(m.cat_full, eh_proj);  // [T, H/TP]
     z = gather_from_tp_region(z, tp);                // [T, H]
     if (sp) z = scatter_to_sequence_parallel_region(z, tp).clone();
-    m.final_in = transformer_layer_forward(st.rt, params_, w.layer, c.num_layers + k, z, &m.layer);
+    m.layers.resize(w.layers.size());
+    for (size_t j = 0; j < w.layers.size(); ++j)
+      z = transformer_layer_forward(st.rt, params_, w.layers[j], mtp_layer_index(c, k, static_cast<int64_t>(j)), z,
+                                    &m.layers[j]);
+    m.final_in = z;
     const Tensor hk = norm_forward(w.final_w, w.final_b, m.final_in, &m.final_stats);
     m.y_full = times(sp ? gather_from_sequence_parallel_region(hk, tp) : copy_to_tp_region(hk, tp),
                      c.mup.output_mult);  // --use-mup: Megatron scales the MTP logits too
@@ -780,7 +795,10 @@ Tensor GPTModel::mtp_backward(State& st) {
       for (int64_t i = 0; i < d_h.numel(); ++i) d[i] += e[i];
     }
     const Tensor d_x = norm_backward(w.final_w, w.final_b, d_h, m.final_in, m.final_stats);
-    Tensor d_z = transformer_layer_backward(st.rt, params_, w.layer, c.num_layers + k, m.layer, d_x);
+    Tensor d_z = d_x;
+    for (size_t j = w.layers.size(); j-- > 0;)
+      d_z = transformer_layer_backward(st.rt, params_, w.layers[j], mtp_layer_index(c, k, static_cast<int64_t>(j)),
+                                       m.layers[j], d_z);
     if (sp) d_z = scatter_to_sequence_parallel_region_backward(d_z, tp);
     d_z = gather_from_tp_region_backward(d_z, tp);  // this rank's columns [T, H/TP]
     const LinearWeight eh_proj = linear_weight(params_, w.eh_proj_w, ops_->gemm, ops_->bf16_gemm);
@@ -816,7 +834,8 @@ std::vector<int> GPTModel::MtpParamIds::all() const {
   std::vector<int> ids;
   for (int id : {enorm_w, enorm_b, hnorm_w, hnorm_b, eh_proj_w})
     if (id >= 0) ids.push_back(id);
-  for (int id : layer.all()) ids.push_back(id);
+  for (const LayerParamIds& l : layers)
+    for (int id : l.all()) ids.push_back(id);
   for (int id : {final_w, final_b})
     if (id >= 0) ids.push_back(id);
   return ids;
@@ -1068,7 +1087,9 @@ void GPTModel::mtp_single_position(int64_t k, const Tensor& h, const std::vector
   const Tensor cat = to_gemm_input(concat_columns(en, hn), c.gemm_dtype());  // the embedding first, as in training
   const LinearWeight eh_proj = linear_weight(params_, w.eh_proj_w, ops_->gemm, ops_->bf16_gemm);
   const Tensor z = linear_forward(cat, eh_proj);  // [R, H]
-  const Tensor x = transformer_layer_forward(st.rt, params_, w.layer, c.num_layers + k, z, nullptr);
+  Tensor x = z;
+  for (size_t j = 0; j < w.layers.size(); ++j)
+    x = transformer_layer_forward(st.rt, params_, w.layers[j], mtp_layer_index(c, k, static_cast<int64_t>(j)), x, nullptr);
   *h_out = norm_forward(w.final_w, w.final_b, x, &f_stats);
   *logits = linear_forward(times(*h_out, c.mup.output_mult),  // --use-mup: Megatron scales the MTP logits too
                            LinearWeight{params_.param_data(output_w_), nullptr, nullptr, nullptr, c.vocab, c.hidden,
@@ -1092,17 +1113,17 @@ void GPTModel::reset_moe_global_aux() {
     if (w.moe.global_aux) w.moe.global_aux->reset();
     if (w.moe.qb) w.moe.qb->reset();
   }
-  for (auto& m : mtp_) {
-    if (m.layer.moe.global_aux) m.layer.moe.global_aux->reset();
-    if (m.layer.moe.qb) m.layer.moe.qb->reset();
-  }
+  for (auto& m : mtp_)
+    for (LayerParamIds& l : m.layers) {
+      if (l.moe.global_aux) l.moe.global_aux->reset();
+      if (l.moe.qb) l.moe.qb->reset();
+    }
 }
 
 std::pair<int, MoeQuantileBalancing*> GPTModel::moe_quantile_balancing(int64_t layer) const {
-  const int64_t mtp = layer - config_.num_layers;
   const MoeParamIds* w = nullptr;
-  if (mtp >= 0 && mtp < static_cast<int64_t>(mtp_.size())) {
-    w = &mtp_[static_cast<size_t>(mtp)].layer.moe;
+  if (const LayerParamIds* m = mtp_layer(layer)) {
+    w = &m->moe;
   } else {
     const int64_t i = layer - part_.first_layer;
     if (i < 0 || i >= static_cast<int64_t>(layers_.size())) return {-1, nullptr};
@@ -1112,11 +1133,16 @@ std::pair<int, MoeQuantileBalancing*> GPTModel::moe_quantile_balancing(int64_t l
 }
 
 int GPTModel::moe_expert_bias_id(int64_t layer) const {
-  const int64_t mtp = layer - config_.num_layers;  // MTP layers are global layers num_layers ...
-  if (mtp >= 0 && mtp < static_cast<int64_t>(mtp_.size())) return mtp_[static_cast<size_t>(mtp)].layer.moe.expert_bias;
+  if (const LayerParamIds* m = mtp_layer(layer)) return m->moe.expert_bias;  // MTP layers: global layers num_layers ...
   const int64_t i = layer - part_.first_layer;
   if (i < 0 || i >= static_cast<int64_t>(layers_.size())) return -1;
   return layers_[static_cast<size_t>(i)].moe.expert_bias;
+}
+
+const LayerParamIds* GPTModel::mtp_layer(int64_t layer) const {
+  const int64_t i = layer - config_.num_layers, P = config_.mtp_layers_per_depth();
+  if (i < 0 || i >= static_cast<int64_t>(mtp_.size()) * P) return nullptr;
+  return &mtp_[static_cast<size_t>(i / P)].layers[static_cast<size_t>(i % P)];
 }
 
 std::vector<std::vector<int>> GPTModel::backward_param_groups() const {

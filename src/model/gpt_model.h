@@ -17,7 +17,9 @@
 //   z_k = eh_proj([enorm(e_k), hnorm(h_{k-1})])  (concatenated along H: embedding first; eh_proj
 //         [H, 2H] without bias, column-parallel with its output gathered over TP)
 //   h_k = final_layernorm(transformer_layer(z_k))  (a layer like the decoder's: global layer index
-//         num_layers + k - 1, MoE when the last decoder layer is)
+//         num_layers + k - 1, MoE when the last decoder layer is; a hybrid model's MTP depth runs
+//         its pattern's layers instead, HybridConfig::mtp, "mtp.layers.{k-1}.mtp_model_layer.layers.{j}.",
+//         global layers num_layers + (k - 1)·P + j for the P symbols j of the pattern after '/')
 //   ℓ_k = cross-entropy of the shared output layer's logits of h_k against labels_k,
 //         L_k = Σ mask_k·ℓ_k / max(1, Σ mask_k)
 // and backward adds the gradient of (mtp_loss_scaling_factor / D)·Σ_k L_k, times grad_scale() /
@@ -376,9 +378,11 @@ class GPTModel {
   // --mtp-num-layers: each MTP layer's parameters (last stage).
   struct MtpParamIds {
     int enorm_w = -1, enorm_b = -1, hnorm_w = -1, hnorm_b = -1, eh_proj_w = -1, final_w = -1, final_b = -1;
-    LayerParamIds layer;
+    std::vector<LayerParamIds> layers;  // the depth's layers: one, or a hybrid MTP pattern's
     std::vector<int> all() const;
   };
+  // MTP layer `layer` (a global index past the decoder's), or null.
+  const LayerParamIds* mtp_layer(int64_t layer) const;
   std::vector<MtpParamIds> mtp_;
   std::vector<double> mtp_losses_;
   std::map<int64_t, std::unique_ptr<State>> in_flight_;

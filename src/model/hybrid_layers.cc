@@ -27,10 +27,10 @@ Status check_unbuilt_symbols(const std::string& pattern) {
     char symbol;
     const char* name;
   };
-  for (const Unbuilt& u : {Unbuilt{kHybridMla, "multi-latent attention"}, Unbuilt{kHybridDsa, "DeepSeek sparse attention"}})
+  for (const Unbuilt& u : {Unbuilt{kHybridDsa, "DeepSeek sparse attention"}})
     if (pattern.find(u.symbol) != std::string::npos)
       return Unimplemented("--hybrid-override-pattern: the ", u.name, " layers ('", std::string(1, u.symbol), "') of '",
-                           pattern, "': not supported yet (Gale's hybrid stack builds M, G, *, - and E layers)");
+                           pattern, "': not supported yet (Gale's hybrid stack builds M, G, *, +, - and E layers)");
   return Status::Ok();
 }
 

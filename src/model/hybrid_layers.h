@@ -20,8 +20,9 @@ inline constexpr char kHybridMoe = 'E';
 // mixer of model/gated_delta_net.h in self-attention's place (its norm fused into
 // self_attention.in_proj), no MLP; its sizes are the --linear-* flags (GdnConfig).
 inline constexpr char kHybridGatedDeltaNet = 'G';
-// Multi-latent attention and DeepSeek sparse attention layers (Symbols.MLA, DS_ATTENTION): known
-// symbols, Megatron's rule applied ('*' does not mix with '+' or 'D'), refused as not supported yet.
+// Multi-latent attention and DeepSeek sparse attention layers (Symbols.MLA, DS_ATTENTION): Megatron's
+// rule applied ('*' does not mix with '+' or 'D'); '+' is Megatron main's mla_layer (input_layernorm,
+// MLA of ModelConfig::mla without q/kv layernorms, no MLP), 'D' is refused as not supported yet.
 inline constexpr char kHybridMla = '+';
 inline constexpr char kHybridDsa = 'D';
 

@@ -78,6 +78,12 @@ StatusOr<HybridLayerPattern> parse_hybrid_layer_pattern(const std::string& text,
   return p;
 }
 
+int64_t hybrid_pattern_mtp_depths(const std::string& text) {
+  if (text.find(kHybridMtpSeparator) == std::string::npos) return 0;
+  StatusOr<HybridLayerPattern> p = parse_hybrid_layer_pattern(text, "");
+  return p.ok() ? p->mtp_depths : 0;
+}
+
 StatusOr<std::vector<std::vector<int64_t>>> hybrid_pattern_stage_layers(const HybridLayerPattern& pattern, int64_t pp,
                                                                         const std::string& flag) {
   const int64_t segments = static_cast<int64_t>(pattern.stages.size());

@@ -9,7 +9,7 @@ namespace gale {
 
 bool layer_keeps_kv(const ModelConfig& c, int64_t layer) {
   if (c.is_noop_layer(layer)) return false;
-  if (c.hybrid.enabled) return c.hybrid.layers.at(static_cast<size_t>(layer)) == '*';
+  if (c.hybrid.enabled) return c.hybrid.kind(layer) == '*' || c.hybrid.kind(layer) == '+';  // attention or MLA
   if (c.gdn.is_gdn_layer(layer)) return false;  // its decoding state instead (model/mamba_state.h)
   return c.attention_kind(layer) == SubBlock::kBlock;  // heterogeneous layers: none for no-op or linear
 }

@@ -216,14 +216,14 @@ bool overlaps_shared_expert(const LayerRuntime& rt) {
 bool has_attention(const ModelConfig& c, int64_t layer) {
   if (c.attention_kind(layer) == SubBlock::kNoOp) return false;  // a heterogeneous layer's no_op attention
   if (!c.hybrid.enabled) return true;
-  const char kind = c.hybrid.layers.at(static_cast<size_t>(layer));
+  const char kind = c.hybrid.kind(layer);
   return kind != kHybridMlp && kind != kHybridMoe;
 }
 bool has_mlp(const ModelConfig& c, int64_t layer) {
   if (c.mlp_kind(layer) == SubBlock::kNoOp) return false;
   if (!c.hybrid.enabled) return true;
-  const char kind = c.hybrid.layers.at(static_cast<size_t>(layer));
-  return kind != kHybridAttention && kind != kHybridGatedDeltaNet;
+  const char kind = c.hybrid.kind(layer);
+  return kind != kHybridAttention && kind != kHybridMla && kind != kHybridGatedDeltaNet;
 }
 
 // A heterogeneous layer's linear replacement (SubBlock::kLinear, Megatron's
@@ -319,7 +319,9 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
   const LayerShares shares = layer_shares(c, part);
   // A hybrid model's norms are named as Megatron's Mamba spec fuses them (TELayerNormColumnParallelLinear),
   // and so are a GDN model's (Megatron builds it with Transformer Engine's spec only).
-  const bool hybrid = c.hybrid.enabled || c.gdn.enabled;
+  // A hybrid model's multi-latent attention layer ('+') keeps input_layernorm (Megatron's mla_layer
+  // spec: TENorm, then MLASelfAttention).
+  const bool hybrid = (c.hybrid.enabled && c.hybrid.kind(layer) != kHybridMla) || c.gdn.enabled;
   if (c.gdn.is_gdn_layer(layer)) {  // the GDN mixer in place of self-attention, its norm fused into in_proj
     w.norm1_w = pb.add(norm_weight(c, layer_name(layer, "self_attention.in_proj.layer_norm_weight"), H, part));
     if (ln) w.norm1_b = pb.add(norm_bias(layer_name(layer, "self_attention.in_proj.layer_norm_bias"), H, part));

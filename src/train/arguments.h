@@ -1120,10 +1120,9 @@ Status validate_mla_args(Arguments& a, const ArgParser& p);
 // --hybrid-layer-pattern (Megatron main's unified pattern, model/hybrid_pattern.h; also an
 // --hybrid-override-pattern holding its separators): both flags given is Megatron's error; the
 // pattern's decoder layers set --num-layers (Megatron's warning when that differs); its '|' give
-// the pipeline stages (one segment per pipeline rank; the flags that give the split otherwise are
-// Megatron's errors; virtual stages are not supported yet) and '/' the MTP depths (they set
-// --mtp-num-layers, then are refused: the hybrid model has no MTP layers yet). Before the model and
-// parallel checks.
+// the pipeline stages (segment k on rank k mod PP, virtual stage k / PP; the flags that give the split
+// otherwise are Megatron's errors) and '/' the MTP depths (they set --mtp-num-layers; each depth's
+// layers are M, * or -); '+' layers set --multi-latent-attention. Before the model and parallel checks.
 Status resolve_hybrid_layer_pattern(Arguments& a, const ArgParser& p);
 // The hybrid model's layer allocation, sizes and what it cannot be combined with yet.
 Status validate_hybrid_args(const Arguments& a, const ArgParser& p);

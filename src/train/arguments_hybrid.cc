@@ -16,14 +16,16 @@ void add_hybrid_args(ArgParser& p, ModelArgs& a) {
   p.add("--hybrid-mlp-ratio", &a.hybrid_mlp_ratio, "target fraction of MLP layers ('-')");
   p.add("--hybrid-override-pattern", &a.hybrid_override_pattern,
         "the layers' types, one symbol per layer: M (Mamba), G (Gated DeltaNet, sized by --linear-*), * (attention), "
-        "- (MLP), E (MoE, with --num-experts); + (multi-latent attention) and D (DeepSeek sparse attention) are "
-        "refused (not supported yet), '*' with '+' or 'D' as Megatron; with '|' or '/' read as --hybrid-layer-pattern");
+        "- (MLP), E (MoE, with --num-experts), + (multi-latent attention, sized by the MLA flags; sets "
+        "--multi-latent-attention); D (DeepSeek sparse attention) is refused (not supported yet), '*' with '+' or 'D' "
+        "as Megatron; with '|' or '/' read as --hybrid-layer-pattern");
   // Megatron main's spelling: the same field, told apart by ArgParser::was_set
   // (resolve_hybrid_layer_pattern).
   p.add("--hybrid-layer-pattern", &a.hybrid_override_pattern,
         "Megatron main's name of --hybrid-override-pattern (deprecated there): the layers' symbols, --num-layers "
-        "their count; '|' between pipeline stages (one segment per --pipeline-model-parallel-size rank), '/' before "
-        "each MTP depth (refused: not supported yet)");
+        "their count; '|' between pipeline stages (segment k on rank k mod --pipeline-model-parallel-size, virtual stage k / PP: "
+        "interleaved when there are more segments than ranks), '/' before "
+        "each multi-token-prediction depth's layers (M, * and -; --mtp-num-layers their count)");
   p.add("--mamba-state-dim", &a.mamba_state_dim, "the Mamba mixer's state size d_state (N)");
   p.add("--mamba-head-dim", &a.mamba_head_dim, "the Mamba mixer's head dimension (P)");
   p.add("--mamba-num-groups", &a.mamba_num_groups, "the Mamba mixer's groups of B and C (G)");
@@ -69,6 +71,9 @@ Status check_pattern_pipeline_flags(const ParallelArgs& par, const std::string& 
 
 Status resolve_hybrid_layer_pattern(Arguments& a, const ArgParser& p) {
   ModelArgs& m = a.model;
+  // Megatron main: multi-latent attention layers ('+') in the pattern set --multi-latent-attention.
+  if (m.is_hybrid_model && hybrid_pattern_layers(m.hybrid_override_pattern).find(kHybridMla) != std::string::npos)
+    m.multi_latent_attention = true;
   const bool layer = p.was_set("--hybrid-layer-pattern"), override = p.was_set("--hybrid-override-pattern");
   if (layer && override)  // Megatron main's assertion
     return InvalidArgument("--hybrid-override-pattern and --hybrid-layer-pattern cannot both be specified. "
@@ -101,10 +106,8 @@ Status resolve_hybrid_layer_pattern(Arguments& a, const ArgParser& p) {
       return InvalidArgument(flag, " '", text, "' has ", segments, " pipe-delimited segments: with "
                              "--pipeline-model-parallel-size 1 they are virtual pipeline stages, and the interleaved "
                              "schedule needs --pipeline-model-parallel-size > 1 (give one segment per pipeline rank)");
-    if (vpp > 1)
-      return Unimplemented(flag, " '", text, "': ", segments, " pipe-delimited segments over --pipeline-model-parallel-"
-                           "size ", pp, " make ", vpp, " virtual pipeline stages per rank: not supported yet with "
-                           "--is-hybrid-model (give one segment per pipeline rank)");
+    // vpp > 1 at PP > 1: segment k = v·PP + r is virtual stage v of rank r, run by the interleaved
+    // schedule (validate_pipeline_split sets the VPP size and the stages' layers).
   } else if (pp > 1) {
     warn_rank0(str_cat("DEPRECATION: Using ", flag, " without pipe ('|') separators with --pipeline-model-parallel-"
                        "size > 1 is deprecated. Please add '|' separators to explicitly define pipeline stage "
@@ -117,10 +120,12 @@ Status resolve_hybrid_layer_pattern(Arguments& a, const ArgParser& p) {
                        pattern.mtp_depths, ") in pattern '", text, "'. Using the inferred value (", pattern.mtp_depths,
                        ")."));
   m.mtp_num_layers = pattern.mtp_depths;
-  return Unimplemented(flag, " '", text, "': the multi-token-prediction block after '/' (", pattern.mtp_depths,
-                       pattern.mtp_depths == 1 ? " depth" : " depths", " of '", pattern.mtp,
-                       "'): not supported yet (Gale's hybrid model has no MTP layers; --mtp-num-layers is refused "
-                       "with --is-hybrid-model too)");
+  // Each depth's layers (model/gpt_model.h): Mamba, attention and MLP layers.
+  for (char s : pattern.mtp)
+    if (s != kHybridMamba && s != kHybridAttention && s != kHybridMlp)
+      return Unimplemented(flag, " '", text, "': the '", std::string(1, s), "' layers of the multi-token-prediction "
+                           "block '", pattern.mtp, "': not supported yet (an MTP depth holds M, * and - layers)");
+  return Status::Ok();
 }
 
 namespace {
@@ -200,11 +205,29 @@ Status validate_hybrid_args(const Arguments& a, const ArgParser& p) {
   }
   // What the Mamba layers do not handle yet.
   GALE_RETURN_IF_ERROR(check_hybrid_moe_layers(layers, a.moe.enabled()));  // 'E' layers: train/arguments_hybrid_moe.cc
-  if (m.multi_latent_attention)
-    return Unimplemented("--is-hybrid-model with --multi-latent-attention: not supported yet");
-  if (m.mtp_num_layers != kUnset && m.mtp_num_layers > 0)
-    return Unimplemented("--is-hybrid-model with --mtp-num-layers: not supported yet");
-  if (!m.noop_layers_flag.empty()) return Unimplemented("--is-hybrid-model with --noop-layers: not supported yet");
+  // Multi-latent attention layers ('+'; Megatron main's mla_layer spec: input_layernorm, then
+  // MLASelfAttention without q/kv layernorms, no MLP). '+' sets --multi-latent-attention (as
+  // Megatron main infers it); the '*' layers stay standard attention there, which Megatron then
+  // runs without RoPE, so Gale asks for '+' instead.
+  if (m.multi_latent_attention && layers.find(kHybridAttention) != std::string::npos)
+    return InvalidArgument("--multi-latent-attention with --is-hybrid-model: expected the attention layers as "
+                           "multi-latent attention layers ('+') in --hybrid-override-pattern, found '*' in '", layers,
+                           "'");
+  if (layers.find(kHybridMla) != std::string::npos && m.qk_layernorm)
+    return InvalidArgument("--qk-layernorm with the multi-latent attention layers ('+') of --hybrid-override-pattern: "
+                           "expected no --qk-layernorm (Megatron's hybrid MLA layer has no q/kv layernorms), found it set");
+  // Megatron main builds a hybrid model's MTP block from the pattern's depths after '/' only (its
+  // --mtp-num-layers then follows them); without them it warns and trains no MTP layers.
+  if (m.mtp_num_layers != kUnset && m.mtp_num_layers > 0 && hybrid_pattern_mtp_depths(m.hybrid_override_pattern) == 0)
+    return InvalidArgument("--mtp-num-layers ", m.mtp_num_layers, " with --is-hybrid-model: expected the MTP layers' "
+                           "pattern after '/' in --hybrid-layer-pattern (e.g. 'M*M*/MM/MM': 2 depths of 'MM'), found "
+                           "none in '", m.hybrid_override_pattern, "' (Megatron would build no MTP layers)");
+  // MindSpeed's --noop-layers patches TransformerBlock's layer building only (NoopLayersFeature);
+  // a hybrid model's MambaStack has no such layers, so MindSpeed would train the pattern's layers.
+  if (!m.noop_layers_flag.empty())
+    return InvalidArgument("--noop-layers with --is-hybrid-model: expected no --noop-layers (MindSpeed's NoopLayersFeature replaces "
+                           "layers of the TransformerBlock; the hybrid stack, Megatron's MambaStack, builds its layers "
+                           "from the pattern and would ignore the flag), found '", m.noop_layers_flag, "'");
   // Flags of features that reach into the transformer layers' saved state or parameters.
   for (const char* flag :
        {"--recompute-activation-function", "--recompute-norm", "--swap-attention", "--swap-layer-input",

@@ -69,8 +69,9 @@ Status check_hybrid_inference(const Arguments& args) {
   if (!args.lora.lora_load.empty())
     return Unimplemented("--is-hybrid-model with --lora-load: not supported yet (hybrid models train no LoRA adapters)");
   GALE_RETURN_IF_ERROR(check_hybrid_moe_layers(layers, args.moe.enabled()));
-  if (m.multi_latent_attention) return Unimplemented("--is-hybrid-model with --multi-latent-attention: not supported yet");
-  if (!m.noop_layers_flag.empty()) return Unimplemented("--is-hybrid-model with --noop-layers: not supported yet");
+  if (!m.noop_layers_flag.empty())  // as gale pretrain (train/arguments_hybrid.cc): MindSpeed's MambaStack has none
+    return InvalidArgument("--noop-layers with --is-hybrid-model: expected no --noop-layers, found '", m.noop_layers_flag,
+                           "'");
   return Status::Ok();
 }
 

@@ -4,11 +4,24 @@
 #include <cmath>
 
 #include "model/hybrid_layers.h"
+#include "model/hybrid_pattern.h"
 #include "train/heterogeneous_config.h"
 #include "train/mup.h"
 #include "train/batch_size_rampup.h"
 
 namespace gale {
+
+namespace {
+
+// A hybrid model's layer symbols, the MTP depths' after the decoder's (global layer order).
+std::string hybrid_all_layers(const ModelConfig& c) {
+  std::string all = c.hybrid.layers;
+  if (!c.hybrid.mtp.empty())
+    for (int64_t k = 0; k < c.mtp_num_layers; ++k) all += c.hybrid.mtp;
+  return all;
+}
+
+}  // namespace
 
 ModelConfig model_config_from_args(const Arguments& a) {
   const ModelArgs& m = a.model;
@@ -57,6 +70,13 @@ ModelConfig model_config_from_args(const Arguments& a) {
     GALE_CHECK(allocate_hybrid_layers(m.num_layers, m.hybrid_attention_ratio, m.hybrid_mlp_ratio,
                                       m.hybrid_override_pattern, &c.hybrid.layers)
                    .ok());
+    // The MTP depths' layers (the pattern's block after '/'; validated): only with --mtp-num-layers,
+    // which inference without the MTP layers unsets.
+    if (m.mtp_num_layers != kUnset && m.mtp_num_layers > 0 && has_hybrid_separators(m.hybrid_override_pattern)) {
+      StatusOr<HybridLayerPattern> parsed = parse_hybrid_layer_pattern(m.hybrid_override_pattern, "--hybrid-layer-pattern");
+      GALE_CHECK(parsed.ok()) << parsed.status().message();
+      c.hybrid.mtp = parsed->mtp;
+    }
     c.hybrid.d_state = m.mamba_state_dim;
     c.hybrid.headdim = m.mamba_head_dim;
     c.hybrid.ngroups = m.mamba_num_groups;
@@ -125,7 +145,7 @@ ModelConfig model_config_from_args(const Arguments& a) {
   const bool hybrid_gdn = c.hybrid.enabled && c.hybrid.layers.find(kHybridGatedDeltaNet) != std::string::npos;
   if (m.experimental_attention_variant == "gdn" || hybrid_gdn) {
     c.gdn.enabled = true;
-    c.gdn.pattern = hybrid_gdn ? hybrid_gdn_layer_flags(c.hybrid.layers) : m.linear_attention_pattern;
+    c.gdn.pattern = hybrid_gdn ? hybrid_gdn_layer_flags(hybrid_all_layers(c)) : m.linear_attention_pattern;
     c.gdn.conv_kernel = m.linear_conv_kernel_dim;
     c.gdn.key_head_dim = m.linear_key_head_dim;
     c.gdn.value_head_dim = m.linear_value_head_dim;
@@ -183,7 +203,7 @@ ModelConfig model_config_from_args(const Arguments& a) {
     c.moe.z_loss_coeff = unset(moe.moe_z_loss_coeff) ? 0.0 : moe.moe_z_loss_coeff;
     // A hybrid model's MoE layers are its pattern's 'E' layers (also when the flags come from a
     // checkpoint, whose moe_layer_freq does not say so).
-    c.moe.pattern = c.hybrid.enabled ? hybrid_moe_layer_flags(c.hybrid.layers) : moe.layer_pattern;
+    c.moe.pattern = c.hybrid.enabled ? hybrid_moe_layer_flags(hybrid_all_layers(c)) : moe.layer_pattern;
     c.moe.shared_ffn = moe.moe_shared_expert_intermediate_size == kUnset ? 0 : moe.moe_shared_expert_intermediate_size;
     c.moe.shared_gate = moe.moe_shared_expert_gate;
     c.moe.shared_overlap = moe.moe_shared_expert_overlap;

@@ -16,6 +16,7 @@
 #include "kernels/flop_counter.h"
 #include "model/context_parallel.h"
 #include "model/hybrid_layers.h"
+#include "model/hybrid_pattern.h"
 #include "model/qk_clip.h"
 #include "schedule/schedules.h"
 #include "data/pairwise_dataset.h"
@@ -232,6 +233,12 @@ FlopsModel Trainer::flops_model() const {
     GALE_CHECK(allocate_hybrid_layers(m.num_layers, m.hybrid_attention_ratio, m.hybrid_mlp_ratio,
                                       m.hybrid_override_pattern, &layers)
                    .ok());
+    // Megatron's get_hybrid_layer_counts: the MTP depths' layers count too.
+    if (m.mtp_num_layers != kUnset && m.mtp_num_layers > 0) {
+      StatusOr<HybridLayerPattern> parsed = parse_hybrid_layer_pattern(m.hybrid_override_pattern, "");
+      if (parsed.ok())
+        for (int64_t k = 0; k < parsed->mtp_depths; ++k) layers += parsed->mtp;
+    }
     f.hybrid = true;
     f.gqa = m.group_query_attention;
     f.attention_layers = std::count(layers.begin(), layers.end(), '*');
@@ -260,7 +267,7 @@ FlopsModel Trainer::flops_model() const {
   if (m.mtp_num_layers != kUnset) {  // Megatron: each MTP layer is one more layer of the last layer's kind
     f.mtp_num_layers = m.mtp_num_layers;
     f.num_layers += m.mtp_num_layers;
-    const bool last_is_moe = args_.moe.enabled() && (args_.moe.layer_pattern.empty() || args_.moe.layer_pattern.back() != 0);
+    const bool last_is_moe = !m.is_hybrid_model && args_.moe.enabled() && (args_.moe.layer_pattern.empty() || args_.moe.layer_pattern.back() != 0);
     if (last_is_moe) f.num_moe_layers += m.mtp_num_layers;
   }
   return f;

@@ -40,7 +40,8 @@ double hybrid_flops(const FlopsModel& m, int64_t batch_size) {
                       static_cast<double>(m.gdn_conv_kernel) * (2.0 * qk_dim + v_dim) + nv * dv * dv * 4.0 + h * v_dim);
   const double forward = m.attention_layers * attention + m.mlp_layers * mlp + m.mamba_layers * mamba +
                          static_cast<double>(m.gdn_layers) * gdn +
-                         static_cast<double>(m.num_moe_layers) * moe + 2.0 * bs * h * static_cast<double>(m.padded_vocab);
+                         static_cast<double>(m.num_moe_layers) * moe +
+                         2.0 * bs * h * static_cast<double>(m.padded_vocab) * (1.0 + static_cast<double>(m.mtp_num_layers));
   return 3.0 * forward;
 }
 

@@ -86,8 +86,9 @@ TEST(HybridLayers, GatedDeltaNetLayersComeFromThePattern) {
 }
 
 // '+' and 'D' (Symbols.MLA, DS_ATTENTION) are layer symbols, with Megatron's rule that '*' does not
-// mix with '+' or 'D'; Gale does not build them yet and says so.
-TEST(HybridLayers, LatentAttentionSymbolsAreKnownAndRefused) {
+// mix with '+' or 'D'; '+' layers are built (tests/model/hybrid_mla_test.cc), 'D' is refused as not
+// supported yet.
+TEST(HybridLayers, LatentAttentionSymbolsAreKnownAndDsaRefused) {
   std::string layers = "unchanged";
   struct Refusal {
     const char* pattern;
@@ -95,10 +96,9 @@ TEST(HybridLayers, LatentAttentionSymbolsAreKnownAndRefused) {
     const char* text;
   };
   for (const Refusal& r : {
-           Refusal{"MG+-", StatusCode::kUnimplemented, "the multi-latent attention layers ('+') of 'MG+-': not supported yet"},
-           Refusal{"M+-E", StatusCode::kUnimplemented, "the multi-latent attention layers ('+') of 'M+-E'"},
-           Refusal{"MD-M", StatusCode::kUnimplemented, "the DeepSeek sparse attention layers ('D') of 'MD-M'"},
-           Refusal{"M+D-", StatusCode::kUnimplemented, "multi-latent attention layers ('+') of 'M+D-'"},
+           Refusal{"MD-M", StatusCode::kUnimplemented, "the DeepSeek sparse attention layers ('D') of 'MD-M': not "
+                                                        "supported yet (Gale's hybrid stack builds M, G, *, +, - and E layers)"},
+           Refusal{"M+D-", StatusCode::kUnimplemented, "DeepSeek sparse attention layers ('D') of 'M+D-'"},
            Refusal{"M*+M", StatusCode::kInvalidArgument, "not both in one model, found 'M*+M'"},
            Refusal{"GD*M", StatusCode::kInvalidArgument, "not both in one model, found 'GD*M'"},
        }) {
@@ -108,6 +108,8 @@ TEST(HybridLayers, LatentAttentionSymbolsAreKnownAndRefused) {
     EXPECT_EQ(st.message().rfind("--hybrid-override-pattern: ", 0), 0u) << st.message();
   }
   EXPECT_EQ(layers, "unchanged");  // nothing allocated for a refused pattern
+  ASSERT_TRUE(allocate_hybrid_layers(4, 0.0, 0.0, "MG+-", &layers).ok());
+  EXPECT_EQ(layers, "MG+-");
 }
 
 }  // namespace

@@ -94,6 +94,20 @@ TEST(HybridArguments, ContextParallelAccepted) {
   }
 }
 
+// '+' layers set --multi-latent-attention (Megatron main infers it from the pattern), with TP, CP and PP.
+TEST(HybridArguments, MultiLatentAttentionLayersAccepted) {
+  for (const auto& [world, flags] : std::vector<std::pair<int64_t, std::vector<std::string>>>{
+           {1, {}},
+           {2, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}},
+           {2, {"--context-parallel-size", "2"}},
+           {2, {"--pipeline-model-parallel-size", "2"}}}) {
+    testing::PretrainCli cli;
+    const Status s = cli.parse_minimal(hybrid_pattern("M+", flags), world);
+    EXPECT_TRUE(s.ok()) << world << ": " << s.to_string();
+    EXPECT_TRUE(cli.args.model.multi_latent_attention);
+  }
+}
+
 // 'G' layers with their flags: one process, TP 2 with SP (2 key heads: one per rank), PP 2, and
 // CP 2 (ring and all-gather; the 2 key heads split over cp).
 TEST(HybridArguments, GatedDeltaNetLayersAccepted) {
@@ -149,9 +163,21 @@ INSTANTIATE_TEST_SUITE_P(
                       "--context-parallel-algo adaptive_cp_algo or hybrid_adaptive_cp_algo with --is-hybrid-model: "
                       "not supported yet"},
         // Megatron-Core main's other symbols: known, Megatron's mixing rule applied, then refused.
-        FlagErrorCase{hybrid_pattern("M+", {}), 1,
-                      "--hybrid-override-pattern: the multi-latent attention layers ('+') of 'M+': not supported yet "
-                      "(Gale's hybrid stack builds M, G, *, - and E layers)"},
+        FlagErrorCase{hybrid_pattern("MD", {}), 1,
+                      "--hybrid-override-pattern: the DeepSeek sparse attention layers ('D') of 'MD': not supported yet "
+                      "(Gale's hybrid stack builds M, G, *, +, - and E layers)"},
+        // '+' layers: Megatron main's mla_layer (no q/kv norms); MLA for the '*' layers is refused.
+        FlagErrorCase{hybrid_pattern("M+", {"--qk-layernorm"}), 1,
+                      "--qk-layernorm with the multi-latent attention layers ('+') of --hybrid-override-pattern: "
+                      "expected no --qk-layernorm (Megatron's hybrid MLA layer has no q/kv layernorms), found it set"},
+        // MindSpeed's --noop-layers patches TransformerBlock only: refused with its reason.
+        FlagErrorCase{hybrid_pattern("M*", {"--noop-layers", "1"}), 1,
+                      "--noop-layers with --is-hybrid-model: expected no --noop-layers (MindSpeed's NoopLayersFeature "
+                      "replaces layers of the TransformerBlock; the hybrid stack, Megatron's MambaStack, builds its "
+                      "layers from the pattern and would ignore the flag), found '1'"},
+        FlagErrorCase{hybrid_pattern("M*", {"--multi-latent-attention"}), 1,
+                      "--multi-latent-attention with --is-hybrid-model: expected the attention layers as multi-latent "
+                      "attention layers ('+') in --hybrid-override-pattern, found '*' in 'M*'"},
         // 'G' layers: the --linear-* sizes and what GDN needs of the model.
         FlagErrorCase{hybrid_pattern("MG", {"--normalization", "RMSNorm"}), 1,
                       "the Gated DeltaNet layers ('G') of --hybrid-override-pattern needs --swiglu (the convolution's "
@@ -233,7 +259,7 @@ std::vector<std::string> layer_pattern(const std::string& pattern, std::vector<s
 TEST(HybridArguments, LayerPatternStagesAsMegatronMain) {
   std::ifstream in(std::string(GALE_TEST_DATA_DIR) + "/reference/hybrid_pattern/megatron_parse.json");
   ASSERT_TRUE(in.good());
-  int placed = 0, refused = 0;
+  int placed = 0, refused = 0, mtps = 0, interleaved = 0;
   for (const auto& c : nlohmann::json::parse(in)) {
     const std::string pattern = c.at("pattern").get<std::string>();
     if (pattern.find_first_of("GE+D") != std::string::npos) continue;
@@ -243,15 +269,21 @@ TEST(HybridArguments, LayerPatternStagesAsMegatronMain) {
     for (const auto& split : splits) {
       const int64_t pp = split.at("pp").get<int64_t>();
       testing::PretrainCli cli;
-      const Status s = cli.parse_minimal(layer_pattern(pattern, {"--pipeline-model-parallel-size", std::to_string(pp)}), pp);
+      // Micro-batches a multiple of PP (the interleaved schedule's rule, for the virtual stages).
+      const Status s = cli.parse_minimal(layer_pattern(pattern, {"--pipeline-model-parallel-size", std::to_string(pp),
+                                                                 "--global-batch-size", std::to_string(2 * pp)}),
+                                         pp);
       const std::string where = pattern + " at PP " + std::to_string(pp) + ": " + s.to_string();
-      if (parse.contains("error") || mtp || split.contains("error") || !split.at("vpp").is_null()) {
+      // A pattern of MTP depths alone ("/MM/MM") has no decoder layer: Gale's --num-layers check.
+      const bool no_layers = !parse.contains("error") && c.at("layers").get<int64_t>() == 0;
+      const bool interleaved_pp1 =
+          !split.contains("error") && pp == 1 && split.contains("vpp") && !split.at("vpp").is_null();
+      if (parse.contains("error") || split.contains("error") || interleaved_pp1 || no_layers) {
         ASSERT_FALSE(s.ok()) << where;
         EXPECT_EQ(s.message().find('\n'), std::string::npos) << where;
-        // Gale's order: the parse, the segments among the ranks, virtual stages, MTP (refused before
-        // the layout checks), the even split without '|'.
+        // Gale's order: the parse, the segments among the ranks, virtual stages, the even split
+        // without '|'.
         const bool segments = split.contains("error") && split.at("kind") == "segments_not_divisible";
-        const bool interleaved = !split.contains("error") && split.contains("vpp") && !split.at("vpp").is_null();
         std::string expected = "must be divisible by --pipeline-model-parallel-size";
         if (parse.contains("error"))
           expected = parse.at("kind") == "mtp_not_identical"    ? "must be identical"
@@ -259,48 +291,74 @@ TEST(HybridArguments, LayerPatternStagesAsMegatronMain) {
                                                                 : "is not a valid layer symbol";
         else if (segments)
           expected = "the number of pipe-delimited segments";
-        else if (interleaved)
-          expected = pp == 1 ? "the interleaved schedule needs --pipeline-model-parallel-size > 1"
-                             : "virtual pipeline stages per rank: not supported yet";
-        else if (mtp)
-          expected = "the multi-token-prediction block after '/'";
+        else if (interleaved_pp1)
+          expected = "the interleaved schedule needs --pipeline-model-parallel-size > 1";
+        else if (no_layers)
+          expected = "--num-layers: expected a positive integer, found 0";
         EXPECT_NE(s.message().find(expected), std::string::npos) << where;
         ++refused;
         continue;
       }
       ASSERT_TRUE(s.ok()) << where;
       EXPECT_EQ(cli.args.model.num_layers, c.at("layers").get<int64_t>()) << where;
-      for (int64_t r = 0; r < pp; ++r) {
-        const auto& stage = split.at("stages")[r][0];
-        EXPECT_EQ(chunk_layers(cli.args, r, 0),
-                  std::make_pair(stage[1].get<int64_t>(), static_cast<int64_t>(stage[0].get<std::string>().size())))
-            << where << " rank " << r;
+      EXPECT_EQ(cli.args.model.mtp_num_layers, mtp ? parse.at("depths").get<int64_t>() : kUnset) << where;
+      mtps += mtp;
+      // Every virtual stage of every rank (segments beyond PP: the interleaved schedule's chunks).
+      if (!split.contains("stages")) {  // no '|': one stage, Megatron's layers
+        EXPECT_EQ(chunk_layers(cli.args, 0, 0), std::make_pair(int64_t{0}, c.at("layers").get<int64_t>())) << where;
+        ++placed;
+        continue;
       }
+      for (int64_t r = 0; r < pp; ++r)
+        for (size_t v = 0; v < split.at("stages")[r].size(); ++v) {
+          const auto& stage = split.at("stages")[r][v];
+          EXPECT_EQ(chunk_layers(cli.args, r, static_cast<int64_t>(v)),
+                    std::make_pair(stage[1].get<int64_t>(), static_cast<int64_t>(stage[0].get<std::string>().size())))
+              << where << " rank " << r << " virtual stage " << v;
+        }
+      interleaved += split.at("stages")[0].size() > 1;
       ++placed;
     }
   }
   EXPECT_GE(placed, 12);
-  EXPECT_GE(refused, 30);
+  EXPECT_GE(refused, 20);
+  EXPECT_GE(mtps, 3);         // patterns with MTP depths placed
+  EXPECT_GE(interleaved, 1);  // and with virtual stages (more segments than ranks)
 }
 
-// MTP depths after '/': Megatron main infers --mtp-num-layers from them; Gale's hybrid model has
-// no MTP layers, so the pattern is refused after Megatron's checks, in one line.
-TEST(HybridArguments, LayerPatternMtpDepthsAreReadThenRefused) {
+// MTP depths after '/': Megatron main infers --mtp-num-layers from them (a warning when it was given
+// otherwise, the pattern's count wins); a hybrid model's --mtp-num-layers needs them (Megatron would
+// build no MTP layers); the depths' layers are M, * and -; no context parallelism (as GPT's MTP).
+TEST(HybridArguments, LayerPatternMtpDepthsGiveTheMtpLayers) {
   testing::PretrainCli cli;
-  const Status s = cli.parse_minimal(layer_pattern("M*M*/MM/MM", {}));
-  ASSERT_EQ(s.code(), StatusCode::kUnimplemented) << s.to_string();
-  EXPECT_EQ(s.message(), "--hybrid-layer-pattern 'M*M*/MM/MM': the multi-token-prediction block after '/' (2 depths "
-                         "of 'MM'): not supported yet (Gale's hybrid model has no MTP layers; --mtp-num-layers is "
-                         "refused with --is-hybrid-model too)");
+  const Status s = cli.parse_minimal(layer_pattern("M*M*/M-*/M-*", {}));
+  ASSERT_TRUE(s.ok()) << s.to_string();
   EXPECT_EQ(cli.args.model.mtp_num_layers, 2);
   EXPECT_EQ(cli.args.model.num_layers, 4);
   testing::PretrainCli conflict;  // Megatron: a warning, and the pattern's count wins
-  EXPECT_FALSE(conflict.parse_minimal(layer_pattern("M*/*M", {"--mtp-num-layers", "3"})).ok());
+  ASSERT_TRUE(conflict.parse_minimal(layer_pattern("M*/*M", {"--mtp-num-layers", "3"})).ok());
   EXPECT_EQ(conflict.args.model.mtp_num_layers, 1);
   testing::PretrainCli none;  // nothing after the separators: no MTP
   ASSERT_TRUE(none.parse_minimal(layer_pattern("M*M*//", {})).ok());
   EXPECT_EQ(none.args.model.num_layers, 4);
   EXPECT_EQ(none.args.model.mtp_num_layers, kUnset);
+  testing::PretrainCli pp;  // pipeline stages: the MTP block on the last one
+  ASSERT_TRUE(pp.parse_minimal(layer_pattern("M*|M*/M*", {"--pipeline-model-parallel-size", "2"}), 2).ok());
+  EXPECT_EQ(pp.args.model.mtp_num_layers, 1);
+  for (const FlagErrorCase& e : std::vector<FlagErrorCase>{
+           {layer_pattern("M*M*", {"--mtp-num-layers", "2"}), 1,
+            "--mtp-num-layers 2 with --is-hybrid-model: expected the MTP layers' pattern after '/' in "
+            "--hybrid-layer-pattern (e.g. 'M*M*/MM/MM': 2 depths of 'MM'), found none in 'M*M*' (Megatron would build "
+            "no MTP layers)"},
+           {{"--is-hybrid-model", "--hybrid-layer-pattern", "ME/ME", "--mamba-head-dim", "16", "--mamba-num-groups",
+             "2", "--num-experts", "4", "--moe-router-topk", "2"},
+            1,
+            "--hybrid-layer-pattern 'ME/ME': the 'E' layers of the multi-token-prediction block 'ME': not supported "
+            "yet (an MTP depth holds M, * and - layers)"},
+           {layer_pattern("M*/M*", {"--context-parallel-size", "2"}), 2,
+            "--mtp-num-layers with --context-parallel-size 2: Megatron does not support multi-token prediction with "
+            "context parallelism (expected --context-parallel-size 1)"}})
+    testing::expect_one_line_error(e);
 }
 
 // '|' with an uneven split (3 + 1 layers, and 5 layers that the even split would refuse at PP 2),
@@ -321,6 +379,21 @@ TEST(HybridArguments, LayerPatternPipesGiveTheStages) {
   ASSERT_TRUE(s.ok()) << s.to_string();
   EXPECT_EQ(old.args.model.num_layers, 4);
   EXPECT_EQ(chunk_layers(old.args, 0, 0), std::make_pair(int64_t{0}, int64_t{3}));
+}
+
+// More segments than pipeline ranks: segment k = v·PP + r is virtual stage v of rank r (Megatron
+// main's select_pipeline_segment), run by the interleaved schedule.
+TEST(HybridArguments, LayerPatternSegmentsBeyondThePipelineRanksAreVirtualStages) {
+  testing::PretrainCli cli;
+  const Status s = cli.parse_minimal(
+      layer_pattern("M*|-|MM-|*-M*/*M", {"--pipeline-model-parallel-size", "2", "--global-batch-size", "4"}), 2);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  EXPECT_EQ(cli.args.parallel.virtual_pipeline_model_parallel_size, 2);
+  EXPECT_EQ(cli.args.model.mtp_num_layers, 1);
+  EXPECT_EQ(chunk_layers(cli.args, 0, 0), std::make_pair(int64_t{0}, int64_t{2}));  // "M*"
+  EXPECT_EQ(chunk_layers(cli.args, 1, 0), std::make_pair(int64_t{2}, int64_t{1}));  // "-"
+  EXPECT_EQ(chunk_layers(cli.args, 0, 1), std::make_pair(int64_t{3}, int64_t{3}));  // "MM-"
+  EXPECT_EQ(chunk_layers(cli.args, 1, 1), std::make_pair(int64_t{6}, int64_t{4}));  // "*-M*", then the MTP block
 }
 
 // Megatron main's errors for the pipeline flags that --hybrid-layer-pattern replaces.
@@ -353,9 +426,10 @@ TEST(HybridArguments, LayerPatternPipelineFlagErrorsAsMegatronMain) {
            {layer_pattern("M*|M*", {}), 1,
             "--hybrid-layer-pattern 'M*|M*' has 2 pipe-delimited segments: with --pipeline-model-parallel-size 1 they "
             "are virtual pipeline stages, and the interleaved schedule needs --pipeline-model-parallel-size > 1"},
+           // Virtual stages run the interleaved schedule, with its rule on the micro-batches.
            {layer_pattern("M|*|M|*", {"--pipeline-model-parallel-size", "2"}), 2,
-            "--hybrid-layer-pattern 'M|*|M|*': 4 pipe-delimited segments over --pipeline-model-parallel-size 2 make 2 "
-            "virtual pipeline stages per rank: not supported yet with --is-hybrid-model"},
+            "the interleaved pipeline schedule needs the micro-batches per iteration (--global-batch-size 2 / "
+            "(--micro-batch-size 2 x data-parallel size 1) = 1) to be a multiple of --pipeline-model-parallel-size 2"},
            {layer_pattern("M*|Mx", {"--pipeline-model-parallel-size", "2"}), 2,
             "--hybrid-layer-pattern 'M*|Mx': in the main pattern, 'x' is not a valid layer symbol"},
            {layer_pattern("M*/M|M", {}), 1,

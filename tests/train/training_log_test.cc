@@ -227,5 +227,14 @@ TEST(TrainingLog, HybridFlopsCountTheGatedDeltaNetLayers) {
   EXPECT_DOUBLE_EQ(num_floating_point_operations(m, 2), 151388160.0 + 7667712.0);
 }
 
+// Megatron-Core main's hybrid_flops with MTP: the logit GEMM (2·tokens·H·V) once per MTP depth more,
+// the depths' layers in the layer counts (the trainer adds the pattern's MTP layers, as Megatron's
+// get_hybrid_layer_counts): 2 depths of the first model above add 3 × 2 × 2·64·64·4224.
+TEST(TrainingLog, HybridFlopsCountTheMtpLogits) {
+  FlopsModel m = small_hybrid_flops_model();
+  m.mtp_num_layers = 2;
+  EXPECT_DOUBLE_EQ(num_floating_point_operations(m, 2), 151388160.0 + 3.0 * 2.0 * 2.0 * 64 * 64 * 4224);
+}
+
 }  // namespace
 }  // namespace gale
