@@ -9,16 +9,14 @@
 
 #include "model/gpt_model.h"
 #include "model_test_batches.h"
+#include "mtp_gradcheck.h"
 #include "testing.h"
 #include "train/heterogeneous_config.h"
 
 namespace gale {
 namespace {
 
-using testing::directional_derivative_5point;
-using testing::dot;
-using testing::random_vector;
-using testing::rel_diff;
+using testing::expect_mtp_gradients_match;
 
 // Four layers on a 16-wide GPT with 4 heads in 2 query groups by default: 0 one group, FFN 20;
 // 1 no-op attention, linear MLP; 2 linear attention, FFN 8; 3 four groups, no-op MLP; then `mtp`
@@ -43,20 +41,6 @@ ModelConfig hetero_mtp_config(int64_t mtp) {
   return c;
 }
 
-// One training forward and backward: main mean loss + factor/D·Σ_k L_k (tests/model/mtp_test.cc).
-double objective(GPTModel& model, const MicroBatch& mb, bool backward, std::vector<double>* mtp = nullptr) {
-  GPTModel::LossSums sums;
-  model.take_mtp_losses();
-  model.forward(0, mb, Tensor(), /*training=*/true, &sums);
-  const std::vector<double> l = model.take_mtp_losses();
-  if (backward) model.params().zero_grads();
-  model.backward(0, Tensor(), static_cast<float>(1.0 / sums.tokens));
-  double j = sums.loss_sum / sums.tokens;
-  const ModelConfig& c = model.config();
-  for (double v : l) j += c.mtp_loss_scaling_factor / static_cast<double>(c.mtp_num_layers) * v;
-  if (mtp) *mtp = l;
-  return j;
-}
 
 // The MTP layers hold the model-wide attention (2 groups) and MLP (the flags' FFN), not the last
 // decoder layer's (4 groups, no MLP).
@@ -90,23 +74,11 @@ TEST(HeterogeneousMtp, EveryParameterMatchesFiniteDifferences) {
   model.params().initialize(42);
   const MicroBatch mb = testing::masked_batch(c, 2, 7, /*documents=*/false);
   std::vector<double> mtp;
-  objective(model, mb, true, &mtp);
+  const std::vector<std::string> names = expect_mtp_gradients_match(model, mb, 5e-3, &mtp);
   ASSERT_EQ(mtp.size(), 2u);
   EXPECT_GT(mtp[0], 0.0);
   EXPECT_GT(mtp[1], 0.0);
-  ParamBuffer& pb = model.params();
-  const std::vector<float> grads(pb.flat_grads().data<float>(), pb.flat_grads().data<float>() + pb.numel());
-  auto loss = [&] { return objective(model, mb, false); };
-  int mtp_params = 0;
-  for (int id = 0; id < pb.size(); ++id) {
-    const int64_t n = pb.spec(id).local_numel();
-    mtp_params += pb.spec(id).name.rfind("mtp.layers.", 0) == 0;
-    const auto dir = random_vector(n, 100 + id);
-    const double analytic = dot(grads.data() + pb.spec(id).offset, dir.data(), n);
-    const double numeric = directional_derivative_5point(loss, pb.param_data(id), dir.data(), n, 5e-3);
-    EXPECT_LT(rel_diff(analytic, numeric, 1e-2), 1e-2) << pb.spec(id).name << ": " << analytic << " vs " << numeric;
-  }
-  EXPECT_GT(mtp_params, 10);
+  EXPECT_GT(testing::count_names(names, "mtp.layers."), 10);
 }
 
 }  // namespace

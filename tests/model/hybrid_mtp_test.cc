@@ -12,15 +12,14 @@
 
 #include "model/gpt_model.h"
 #include "model_test_batches.h"
+#include "mtp_gradcheck.h"
 #include "testing.h"
 
 namespace gale {
 namespace {
 
-using testing::directional_derivative_5point;
-using testing::dot;
-using testing::random_vector;
-using testing::rel_diff;
+using testing::expect_mtp_gradients_match;
+using testing::mtp_objective;
 
 // "M*-M" on the 2-layer test GPT's sizes (hidden 16: d_inner 32 in 4 heads of 8, 2 groups, d_state
 // 4), RMSNorm, no position embedding, and D depths of `mtp`.
@@ -40,21 +39,6 @@ ModelConfig hybrid_mtp_config(const std::string& mtp, int64_t depths) {
   return c;
 }
 
-// One training forward and backward: main mean loss + factor/D·Σ_k L_k, its gradients in the model
-// (zeroed first when `backward`), the MTP losses L_k in *mtp.
-double objective(GPTModel& model, const MicroBatch& mb, bool backward, std::vector<double>* mtp = nullptr) {
-  GPTModel::LossSums sums;
-  model.take_mtp_losses();
-  model.forward(0, mb, Tensor(), /*training=*/true, &sums);
-  const std::vector<double> l = model.take_mtp_losses();
-  if (backward) model.params().zero_grads();
-  model.backward(0, Tensor(), static_cast<float>(1.0 / sums.tokens));
-  double j = sums.loss_sum / sums.tokens;
-  const ModelConfig& c = model.config();
-  for (double v : l) j += c.mtp_loss_scaling_factor / static_cast<double>(c.mtp_num_layers) * v;
-  if (mtp) *mtp = l;
-  return j;
-}
 
 class HybridMtpGrad : public ::testing::TestWithParam<std::string> {};
 
@@ -65,24 +49,11 @@ TEST_P(HybridMtpGrad, EveryParameterMatchesFiniteDifferences) {
   model.params().initialize(42);
   const MicroBatch mb = testing::masked_batch(c, 2, 7, /*documents=*/false);
   std::vector<double> mtp;
-  objective(model, mb, true, &mtp);
+  const std::vector<std::string> names = expect_mtp_gradients_match(model, mb, 5e-3, &mtp);
   ASSERT_EQ(mtp.size(), 2u);
   EXPECT_GT(mtp[0], 0.0);
   EXPECT_GT(mtp[1], 0.0);
-  ParamBuffer& pb = model.params();
-  const std::vector<float> grads(pb.flat_grads().data<float>(), pb.flat_grads().data<float>() + pb.numel());
-  auto loss = [&] { return objective(model, mb, false); };
-  int mixers = 0;  // the MTP depths' Mamba parameters
-  for (int id = 0; id < pb.size(); ++id) {
-    const int64_t n = pb.spec(id).local_numel();
-    const std::string& name = pb.spec(id).name;
-    mixers += name.rfind("mtp.layers.", 0) == 0 && name.find(".mixer.") != std::string::npos;
-    const auto dir = random_vector(n, 100 + id);
-    const double analytic = dot(grads.data() + pb.spec(id).offset, dir.data(), n);
-    const double numeric = directional_derivative_5point(loss, pb.param_data(id), dir.data(), n, 5e-3);
-    EXPECT_LT(rel_diff(analytic, numeric, 1e-2), 1e-2) << name << ": " << analytic << " vs " << numeric;
-  }
-  EXPECT_GT(mixers, 0);
+  EXPECT_GT(testing::count_names(names, "mtp.layers.", ".mixer."), 0);  // the MTP depths' Mamba parameters
 }
 
 INSTANTIATE_TEST_SUITE_P(Patterns, HybridMtpGrad, ::testing::Values("M*", "-M*"),
@@ -176,7 +147,7 @@ TEST(HybridMtp, LossesEqualAnIndependentComputation) {
   const int64_t B = 2, S = c.seq_length, T = B * S, H = c.hidden, V = c.vocab, L = c.num_layers, P = 3;
   const MicroBatch mb = testing::masked_batch(c, B, 21, /*documents=*/false);
   std::vector<double> mtp;
-  objective(model, mb, true, &mtp);
+  mtp_objective(model, mb, true, &mtp);
   ASSERT_EQ(mtp.size(), 2u);
 
   // The decoder's output [T, H] (rows s·B + b) from a first-stage chunk, then the final norm.
