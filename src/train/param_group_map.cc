@@ -22,10 +22,6 @@ namespace {
 const char* const kFlag = "--dump-param-to-param-group-map";
 const char* const kDcp = "torch.distributed.checkpoint.metadata.";
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // SequentialMLP's `mlp.experts.local_experts.<e>.linear_fcN.weight` as TEGroupedMLP's `mlp.experts.linear_fcN.weight<e>`.
 std::string grouped_gemm_name(const std::string& name) {
   const std::string marker = "mlp.experts.local_experts.";
