@@ -1,8 +1,10 @@
-// Multi-token prediction in model tests: the training objective with the MTP losses and the finite-difference check of every parameter against it.
+// Multi-token prediction in model tests: the training objective with the MTP losses, the finite-difference check of every parameter against it, and an independent cross-entropy.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -48,6 +50,33 @@ inline std::vector<std::string> expect_mtp_gradients_match(GPTModel& model, cons
     names.push_back(pb.spec(id).name);
   }
   return names;
+}
+
+// An independent cross-entropy for the MTP loss checks: Σ mask·(−log softmax(out_w · h)[label])
+// over [S, B] hidden rows `h` (token t = s·B + b, [T, H]) against [B, S] sample-major `labels` and
+// `mask`, in double; the mask's sum in *tokens.
+inline double masked_cross_entropy_sum(const float* out_w, const std::vector<double>& h,
+                                       const std::vector<int32_t>& labels, const std::vector<float>& mask, int64_t B,
+                                       int64_t S, int64_t V, int64_t H, double* tokens) {
+  double loss = 0.0;
+  *tokens = 0.0;
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t t = s * B + b, i = b * S + s;
+      std::vector<double> logits(static_cast<size_t>(V));
+      double mx = -1e300;
+      for (int64_t v = 0; v < V; ++v) {
+        double acc = 0.0;
+        for (int64_t j = 0; j < H; ++j) acc += out_w[v * H + j] * h[t * H + j];
+        logits[v] = acc;
+        mx = std::max(mx, acc);
+      }
+      double se = 0.0;
+      for (double l : logits) se += std::exp(l - mx);
+      loss += mask[i] * (mx + std::log(se) - logits[labels[i]]);
+      *tokens += mask[i];
+    }
+  return loss;
 }
 
 // How many of `names` start with `prefix` and contain `part` (empty: any).

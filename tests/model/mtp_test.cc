@@ -220,23 +220,8 @@ TEST_P(MtpLoss, EqualsAnIndependentComputation) {
     GPTModel layer(cd, chunk(L + k, 1, false), &ops);
     copy_params(pb, layer.params(), p + "transformer_layer.", "decoder.layers." + std::to_string(L + k) + ".");
     h = norm_rows(c, pb, p + "final_layernorm", rows_of(layer.forward(0, mb, z, false, nullptr)), T);
-    double loss = 0.0, n = 0.0;
-    for (int64_t s = 0; s < S; ++s)
-      for (int64_t b = 0; b < B; ++b) {
-        const int64_t t = s * B + b, i = b * S + s;
-        std::vector<double> logits(static_cast<size_t>(V));
-        double mx = -1e300;
-        for (int64_t v = 0; v < V; ++v) {
-          double acc = 0.0;
-          for (int64_t j = 0; j < H; ++j) acc += out_w[v * H + j] * h[t * H + j];
-          logits[v] = acc;
-          mx = std::max(mx, acc);
-        }
-        double se = 0.0;
-        for (double l : logits) se += std::exp(l - mx);
-        loss += mask[i] * (mx + std::log(se) - logits[labels[i]]);
-        n += mask[i];
-      }
+    double n = 0.0;
+    const double loss = testing::masked_cross_entropy_sum(out_w, h, labels, mask, B, S, V, H, &n);
     EXPECT_NEAR(mtp[k], loss / n, 2e-5 * loss / n) << "MTP layer " << k + 1;
   }
 }
