@@ -22,6 +22,7 @@ class Gpt2BpeTokenizer : public Tokenizer {
   const std::string& type() const override { return type_; }
   int64_t vocab_size() const override { return static_cast<int64_t>(id_to_token_.size()); }
   int32_t eod() const override { return eod_; }
+  int32_t bos() const override { return eod_; }  // <|endoftext|>, GPT-2's bos_token as well as its eos_token
   Status encode(std::string_view text, std::vector<int32_t>* ids) const override;
   StatusOr<std::string> decode(std::span<const int32_t> ids) const override;
   std::string describe() const override;

@@ -279,6 +279,8 @@ StatusOr<std::unique_ptr<HuggingFaceTokenizer>> HuggingFaceTokenizer::parse_impl
   }
   if (std::string unk = config.contains("unk_token") ? token_content(config["unk_token"]) : ""; !unk.empty())
     t->unk_id_ = id_of(unk);  // -1 when it is no token (transformers' unk_token_id is then None)
+  if (std::string cls = config.contains("cls_token") ? token_content(config["cls_token"]) : ""; !cls.empty())
+    t->cls_id_ = id_of(cls);
   // transformers' all_special_tokens (a name that is no token cannot occur among the ids).
   std::vector<std::string> specials;
   for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"})

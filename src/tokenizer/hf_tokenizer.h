@@ -30,6 +30,8 @@ class HuggingFaceTokenizer : public Tokenizer {
   const std::string& type() const override { return type_; }
   int64_t vocab_size() const override { return vocab_size_; }
   int32_t eod() const override { return eod_; }
+  // bos_token, else cls_token (Megatron's HuggingFaceTokenizer copies a missing bos from cls).
+  int32_t bos() const override { return bos_id_ >= 0 ? bos_id_ : cls_id_; }
   Status encode(std::string_view text, std::vector<int32_t>* ids) const override;
   StatusOr<std::string> decode(std::span<const int32_t> ids) const override;
   std::string describe() const override;
@@ -91,7 +93,7 @@ class HuggingFaceTokenizer : public Tokenizer {
   std::string space_split_;
   int64_t vocab_size_ = 0;
   int32_t eod_ = -1;
-  int32_t bos_id_ = -1, pad_id_ = -1, unk_id_ = -1;
+  int32_t bos_id_ = -1, pad_id_ = -1, unk_id_ = -1, cls_id_ = -1;
   std::vector<int32_t> special_ids_;  // sorted
   std::string eod_token_;
 };

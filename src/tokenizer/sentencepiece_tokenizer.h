@@ -29,6 +29,7 @@ class SentencePieceTokenizer : public Tokenizer {
   int64_t vocab_size() const override { return vocab_size_; }
   int32_t eod() const override { return eod_; }
   int32_t pad() const override { return pad_; }
+  int32_t bos() const override { return bos_; }
   Status encode(std::string_view text, std::vector<int32_t>* ids) const override;
   StatusOr<std::string> decode(std::span<const int32_t> ids) const override;
   std::string describe() const override;

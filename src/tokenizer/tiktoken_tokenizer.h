@@ -37,7 +37,7 @@ class TikTokenizer : public Tokenizer {
   const std::string& type() const override { return type_; }
   int64_t vocab_size() const override { return static_cast<int64_t>(id_to_bytes_.size()); }
   int32_t eod() const override { return eos_; }
-  int32_t bos() const { return bos_; }
+  int32_t bos() const override { return bos_; }
   int32_t unk() const { return unk_; }
   Status encode(std::string_view text, std::vector<int32_t>* ids) const override;
   StatusOr<std::string> decode(std::span<const int32_t> ids) const override;

@@ -26,6 +26,12 @@ class Tokenizer {
   virtual int32_t eod() const = 0;
   // Megatron's tokenizer.pad where the class defines one, else -1 (GPTDataset's fallback).
   virtual int32_t pad() const { return -1; }
+  // Megatron main's tokenizer.bos (the beginning-of-sequence id its RL prompts start with), -1 where
+  // the class has none: GPT2BPETokenizer <|endoftext|> (transformers' GPT-2 bos_token, which Megatron
+  // main's GPT2BPETokenizer wraps); HuggingFaceTokenizer tokenizer_config.json's bos_token, else its
+  // cls_token (Megatron's HF wrapper sets one from the other); the SentencePiece classes and
+  // TikTokenizer the bos id their encode uses; NullTokenizer none.
+  virtual int32_t bos() const { return -1; }
 
   // Appends the ids of `text` (Megatron's tokenizer.tokenize(text)) to *ids. Thread-safe. Fails
   // on invalid UTF-8 (naming the byte offset) or, for NullTokenizer, on text that is not

@@ -218,6 +218,8 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, const 
   packing.algo = g.rl_sequence_packing_algo;
   packing.seq_length_multiple = engine.ps.cp_size() > 1 ? 2 * engine.ps.cp_size() : 1;
   const int32_t pad = tokenizer.pad() >= 0 ? tokenizer.pad() : tokenizer.eod();
+  if (tokenizer.bos() < 0)  // Megatron's warning at the inference engine's launch
+    warn_rank0("Tokenizer has no BOS token so prompt will not have BOS token");
   GrpoLossOptions lo;
   lo.clamp_eps_lower = g.grpo_clamp_eps_lower;
   lo.clamp_eps_upper = g.grpo_clamp_eps_upper;

@@ -46,11 +46,10 @@ void add_grpo_args(ArgParser& p, GrpoArgs& g) {
         "GRPO sequence packing: how the bins go to the data-parallel ranks: fifo (consecutive runs) or round-robin "
         "(fifo)");
   // Megatron's flags whose request is what Gale's GRPO does anyway.
-  p.add_compat("--rl-skip-bos-token", false,
-               "Gale's GRPO prompts are the tokenizer's ids as they are; Gale prepends no BOS token to them");
-  p.add_unsupported("--no-rl-skip-bos-token",
-                    "prepending the tokenizer's BOS token to the RL prompts: Gale's GRPO prompts are the tokenizer's "
-                    "ids as they are");
+  p.add_flag("--rl-skip-bos-token", &g.rl_skip_bos_token,
+             "GRPO: prompts do not start with the tokenizer's BOS token (leading BOS ids are dropped)");
+  p.add_false("--no-rl-skip-bos-token", &g.rl_skip_bos_token,
+              "GRPO: prompts start with the tokenizer's BOS token when it has one (the default)");
   p.add_compat("--use-same-sampling-seed-across-dp-ranks", false,
                "Gale's rollout draws are keyed by --seed, the collection and the completion, never by the "
                "data-parallel rank: every rank draws the same samples");
@@ -87,7 +86,7 @@ Status validate_grpo_args(const GrpoArgs& g, const Arguments& a, const ArgParser
                              "--langrl-env-config", "--rl-default-temperature", "--rl-default-top-p",
                              "--rl-default-top-k", "--rl-inference-logprobs-is-correction",
                              "--no-rl-inference-logprobs-is-correction", "--rl-importance-sampling-truncation-coef",
-                             "--rl-skip-bos-token", "--rl-prompts-per-eval", "--rl-inference-tensor-model-parallel-size",
+                             "--rl-skip-bos-token", "--no-rl-skip-bos-token", "--rl-prompts-per-eval", "--rl-inference-tensor-model-parallel-size",
                              "--rl-use-sequence-packing", "--no-rl-use-sequence-packing",
                              "--rl-sequence-packing-max-sequences-per-bin", "--rl-sequence-packing-algo"})
       if (p.was_set(flag)) return InvalidArgument(flag, " needs --perform-rl-step");

@@ -2,11 +2,11 @@
 // with: --perform-rl-step, the --grpo-* flags, --langrl-env-config, --rl-default-*,
 // --rl-inference-logprobs-is-correction, --rl-importance-sampling-truncation-coef and
 // --rl-prompts-per-eval, sequence packing (--rl-use-sequence-packing,
-// --rl-sequence-packing-max-sequences-per-bin, --rl-sequence-packing-algo), with Megatron's defaults; --rl-skip-bos-token and
-// --use-same-sampling-seed-across-dp-ranks accepted with a start-up note (what they ask is what
-// Gale does); the group's other flags (partial rollouts, rollout banks, the
-// separate inference model's parallelism, CUDA graphs, offloading, profiling, parsers,
-// --no-rl-skip-bos-token's BOS) refused in one line each. Registered and validated by the
+// --rl-sequence-packing-max-sequences-per-bin, --rl-sequence-packing-algo) and
+// --[no-]rl-skip-bos-token, with Megatron's defaults; --use-same-sampling-seed-across-dp-ranks
+// accepted with a start-up note (what it asks is what Gale does); the group's other flags (partial
+// rollouts, rollout banks, the separate inference model's parallelism, CUDA graphs, offloading,
+// profiling, parsers) refused in one line each. Registered and validated by the
 // perform-rl-step feature (features/feature_grpo.cc), run by train/grpo.h.
 #pragma once
 
@@ -50,6 +50,9 @@ struct GrpoArgs {
   bool rl_use_sequence_packing = false;
   int64_t rl_sequence_packing_max_sequences_per_bin = 50;
   std::string rl_sequence_packing_algo = "fifo";  // fifo | round-robin: how the bins go to the DP ranks
+  // --[no-]rl-skip-bos-token (Megatron's BooleanOptionalAction, default False): a prompt starts
+  // with the tokenizer's BOS unless this is set or the tokenizer has none (grpo_prompt_ids).
+  bool rl_skip_bos_token = false;
 };
 
 void add_grpo_args(ArgParser& p, GrpoArgs& g);

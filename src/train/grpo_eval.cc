@@ -68,7 +68,7 @@ StatusOr<GrpoEvaluation> evaluate_grpo(GPTModel& policy, const Tokenizer& tokeni
   std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(K)), sampled, greedy;
   std::vector<int64_t> sampled_index, greedy_index;
   for (int64_t p = 0; p < K; ++p) {  // Megatron: the first num_prompts prompts
-    GALE_RETURN_IF_ERROR(tokenizer.encode(env.prompts[p].prompt, &prompts[p]));
+    GALE_RETURN_IF_ERROR(grpo_prompt_ids(tokenizer, env.prompts[p].prompt, g.rl_skip_bos_token, &prompts[p]));
     if (prompts[p].empty() || static_cast<int64_t>(prompts[p].size()) >= max_length)
       return InvalidArgument(env.data_path, ": prompt ", p + 1, " has ", prompts[p].size(), " tokens; expected 1 to ",
                              max_length - 1, " (shorter than --seq-length and --max-position-embeddings)");

@@ -61,6 +61,19 @@ int32_t grpo_sample_token(const float* logits, int64_t vocab, const GrpoSampling
   return order[keep - 1];
 }
 
+Status grpo_prompt_ids(const Tokenizer& tokenizer, std::string_view prompt, bool skip_bos_token,
+                       std::vector<int32_t>* ids) {
+  std::vector<int32_t> text;
+  GALE_RETURN_IF_ERROR(tokenizer.encode(prompt, &text));
+  const int32_t bos = tokenizer.bos();
+  size_t start = 0;
+  while (bos >= 0 && start < text.size() && text[start] == bos) ++start;
+  ids->clear();
+  if (!skip_bos_token && bos >= 0) ids->push_back(bos);
+  ids->insert(ids->end(), text.begin() + static_cast<std::ptrdiff_t>(start), text.end());
+  return Status::Ok();
+}
+
 StatusOr<GrpoRollouts> collect_grpo_rollouts(GPTModel& policy, const Tokenizer& tokenizer, const RlEnvironment& env,
                                              const GrpoArgs& g, int64_t seq_length, uint64_t seed,
                                              int64_t iteration) {
@@ -96,7 +109,7 @@ StatusOr<GrpoRollouts> collect_grpo_rollouts(GPTModel& policy, const Tokenizer& 
     for (int64_t i = 0; i < need; ++i) {
       const double u = uniform_at(seed, kPromptStream + static_cast<uint64_t>(iteration), static_cast<uint64_t>(draws++));
       index[i] = std::min<int64_t>(N - 1, static_cast<int64_t>(u * static_cast<double>(N)));
-      GALE_RETURN_IF_ERROR(tokenizer.encode(env.prompts[index[i]].prompt, &prompt_ids[i]));
+      GALE_RETURN_IF_ERROR(grpo_prompt_ids(tokenizer, env.prompts[index[i]].prompt, g.rl_skip_bos_token, &prompt_ids[i]));
       if (prompt_ids[i].empty() || static_cast<int64_t>(prompt_ids[i].size()) >= max_length)
         return InvalidArgument(env.data_path, ": prompt ", index[i] + 1, " has ", prompt_ids[i].size(),
                                " tokens; expected 1 to ", max_length - 1,

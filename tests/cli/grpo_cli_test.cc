@@ -693,7 +693,8 @@ TEST(GalePretrainGrpo, ResumesAtACollectionBoundary) {
 // rounding (the same policy, KV cache against a full forward), so the weight is about 1 and the run
 // follows the plain one; --rl-importance-sampling-truncation-coef 0.5 caps every weight at 0.5, which
 // halves iteration 1's gradient (KL 0 and no entropy term there: the policy term is all of it).
-// --rl-skip-bos-token and --use-same-sampling-seed-across-dp-ranks are noted and change nothing.
+// --use-same-sampling-seed-across-dp-ranks is noted and changes nothing; so does --[no-]rl-skip-bos-token
+// with a tokenizer that has no BOS (tests/train/grpo_prompt_test.cc has those that do).
 TEST(GalePretrainGrpo, ImportanceSamplingCorrectionAndAcceptedFlags) {
   TempDir dir;
   const std::string env = write_env(dir);
@@ -715,15 +716,18 @@ TEST(GalePretrainGrpo, ImportanceSamplingCorrectionAndAcceptedFlags) {
   EXPECT_EQ(lines_with(plain.output, "> GRPO collection"), lines_with(is.output, "> GRPO collection"));
 
   const test::RunResult noted =
-      gale(rl(env, {"--train-iters", "4", "--rl-skip-bos-token", "--use-same-sampling-seed-across-dp-ranks"}));
+      gale(rl(env, {"--train-iters", "4", "--use-same-sampling-seed-across-dp-ranks"}));
   ASSERT_EQ(noted.exit_code, 0) << noted.output;
-  EXPECT_NE(noted.output.find("accepted without effect: --rl-skip-bos-token: Gale's GRPO prompts are the "
-                              "tokenizer's ids as they are; Gale prepends no BOS token to them"),
-            std::string::npos)
-      << noted.output;
   EXPECT_NE(noted.output.find("accepted without effect: --use-same-sampling-seed-across-dp-ranks: "),
             std::string::npos);
   EXPECT_EQ(lines_with(plain.output, "| consumed samples:"), lines_with(noted.output, "| consumed samples:"));
+  // NullTokenizer has no BOS: Megatron's warning, and --[no-]rl-skip-bos-token changes nothing.
+  EXPECT_NE(plain.output.find("Tokenizer has no BOS token so prompt will not have BOS token"), std::string::npos);
+  for (const char* flag : {"--rl-skip-bos-token", "--no-rl-skip-bos-token"}) {
+    const test::RunResult bos = gale(rl(env, {"--train-iters", "4", flag}));
+    ASSERT_EQ(bos.exit_code, 0) << bos.output;
+    EXPECT_EQ(lines_with(plain.output, "| consumed samples:"), lines_with(bos.output, "| consumed samples:")) << flag;
+  }
 
   const test::RunResult alone = gale(rl(env, {"--train-iters", "1", "--rl-importance-sampling-truncation-coef", "0.5"}));
   ASSERT_EQ(alone.exit_code, 0) << alone.output;

@@ -21,13 +21,13 @@ TEST(MegatronRlFlags, RefusedAndNotedFlagsSaySo) {
   for (const char* flag : {"--rl-partial-rollouts",
                            "--rl-durable-rollout-bank", "--rl-inference-pipeline-model-parallel-size",
                            "--rl-offload-optimizer-during-inference", "--rl-training-cuda-graphs", "--refit-method",
-                           "--rl-profile", "--no-rl-skip-bos-token"}) {
+                           "--rl-profile"}) {
     FullCli cli;
     const Status st = cli.parse_minimal({flag});
     ASSERT_FALSE(st.ok()) << flag;
     EXPECT_EQ(st.message().rfind(std::string(flag) + ": not supported yet (", 0), 0u) << st.message();
   }
-  for (const char* flag : {"--rl-skip-bos-token", "--use-same-sampling-seed-across-dp-ranks"}) {
+  for (const char* flag : {"--use-same-sampling-seed-across-dp-ranks"}) {
     FullCli cli;
     ASSERT_TRUE(cli.parse_minimal({flag}).ok()) << flag;
     const std::vector<std::string> notes = cli.parser.compat_notices();
