@@ -863,6 +863,12 @@ struct DpoArgs {
   double dpo_label_smoothing = 0.0;
   double pref_ftx = 0.0;
   std::string ref_model;  // the reference model's checkpoint; "" = the --load checkpoint
+  // --refer-model-iter (MindSpeed-LLM, default 1): the iteration of that directory the reference
+  // loads, so that a resumed DPO run's reference keeps its initial weights
+  // (train/checkpointing.h dpo_reference_iteration). refer_model_iter_given: the flag was on the
+  // command line.
+  int64_t refer_model_iter = 1;
+  bool refer_model_iter_given = false;
   bool enabled() const { return stage == "dpo"; }
 };
 

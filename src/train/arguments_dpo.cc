@@ -17,20 +17,24 @@ void add_dpo_args(ArgParser& p, DpoArgs& a) {
         "DPO: the cDPO label smoothing of the sigmoid loss, in [0, 0.5] (default 0)");
   p.add("--pref-ftx", &a.pref_ftx, "DPO: coefficient of the SFT loss on the chosen responses (default 0)");
   p.add("--ref-model", &a.ref_model, "DPO: checkpoint directory of the reference model (default: the --load one)");
-  p.add_unsupported("--refer-model-iter", "choosing the reference checkpoint's iteration (the latest is loaded)");
+  p.add("--refer-model-iter", &a.refer_model_iter,
+        "DPO: the iteration of the reference model's checkpoint directory it loads (default 1, MindSpeed-LLM's; "
+        "without the flag, a directory without that iteration gives its latest)");
 }
 
 Status validate_dpo_args(Arguments& a, const ArgParser& p) {
+  a.dpo.refer_model_iter_given = p.was_set("--refer-model-iter");
   const DpoArgs& d = a.dpo;
   if (!d.stage.empty() && d.stage != "sft" && d.stage != "dpo")
     return Unimplemented("--stage ", d.stage, ": not supported yet (Gale has sft and dpo)");
   const bool dpo_flag = p.was_set("--dpo-beta") || p.was_set("--dpo-loss-type") ||
-                        p.was_set("--dpo-label-smoothing") || p.was_set("--pref-ftx") || p.was_set("--ref-model");
+                        p.was_set("--dpo-label-smoothing") || p.was_set("--pref-ftx") || p.was_set("--ref-model") ||
+                        p.was_set("--refer-model-iter");
   if (!d.enabled()) {
     if (d.is_pairwise_dataset) return InvalidArgument("--is-pairwise-dataset needs --stage dpo");
     if (dpo_flag)
-      return InvalidArgument("--dpo-beta, --dpo-loss-type, --dpo-label-smoothing, --pref-ftx and --ref-model need "
-                             "--stage dpo");
+      return InvalidArgument("--dpo-beta, --dpo-loss-type, --dpo-label-smoothing, --pref-ftx, --ref-model and "
+                             "--refer-model-iter need --stage dpo");
     return Status::Ok();
   }
   if (!d.is_pairwise_dataset)
@@ -39,6 +43,8 @@ Status validate_dpo_args(Arguments& a, const ArgParser& p) {
     return InvalidArgument("--stage dpo: --is-instruction-dataset and --is-pairwise-dataset are exclusive");
   if (d.dpo_loss_type != "sigmoid" && d.dpo_loss_type != "hinge" && d.dpo_loss_type != "ipo")
     return InvalidArgument("--dpo-loss-type: expected sigmoid, hinge or ipo, found '", d.dpo_loss_type, "'");
+  if (d.refer_model_iter < 0)
+    return InvalidArgument("--refer-model-iter: expected an iteration (>= 0), found ", d.refer_model_iter);
   if (!(d.dpo_beta > 0.0)) return InvalidArgument("--dpo-beta: expected a positive number, found ", d.dpo_beta);
   if (d.dpo_label_smoothing < 0.0 || d.dpo_label_smoothing > 0.5)
     return InvalidArgument("--dpo-label-smoothing: expected a number in [0, 0.5], found ", d.dpo_label_smoothing);

@@ -768,11 +768,31 @@ Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& stat
   return Status::Ok();
 }
 
+StatusOr<int64_t> dpo_reference_iteration(const DpoArgs& dpo, const std::string& dir, std::string* note) {
+  std::error_code ec;
+  if (std::filesystem::exists(iteration_dir(dir, dpo.refer_model_iter), ec)) return dpo.refer_model_iter;
+  if (!dpo.refer_model_iter_given) {
+    *note = str_cat("the reference checkpoint directory ", dir, " has no iteration ", dpo.refer_model_iter,
+                    " (--refer-model-iter's default): the reference loads its latest checkpoint");
+    return int64_t{kUnset};
+  }
+  std::vector<std::string> found;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (e.is_directory(ec) && e.path().filename().string().rfind("iter_", 0) == 0)
+      found.push_back(e.path().filename().string());
+  std::sort(found.begin(), found.end());
+  std::string list;
+  for (const std::string& f : found) list += (list.empty() ? "" : ", ") + f;
+  return NotFound("--refer-model-iter ", dpo.refer_model_iter, ": the reference checkpoint directory ", dir, " has no ",
+                  iteration_dir_name(dpo.refer_model_iter), " (found: ", list.empty() ? "none" : list, ")");
+}
+
 Status load_model_weights(const std::string& flag, const std::string& dir, const std::vector<GPTModel*>& models,
-                          const std::string& what) {
+                          const std::string& what, int64_t iteration) {
   if (!std::filesystem::exists(dir + "/latest_checkpointed_iteration.txt"))
     return NotFound(flag, " ", dir, ": expected a checkpoint directory (with latest_checkpointed_iteration.txt)");
-  StatusOr<CheckpointReader> opened = CheckpointReader::open(dir);
+  StatusOr<CheckpointReader> opened =
+      iteration == kUnset ? CheckpointReader::open(dir) : CheckpointReader::open_iteration(dir, iteration);
   if (!opened.ok()) return Status(opened.status().code(), str_cat(flag, " ", dir, ": ", opened.status().message()));
   CheckpointReader r = std::move(opened).value();
   GALE_ASSIGN_OR_RETURN(nlohmann::json saved_model, r.section("model"));

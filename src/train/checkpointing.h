@@ -102,13 +102,20 @@ Status load_checkpoint(const Arguments& args, Engine& engine, TrainerState& stat
 // "release"; DataLoss naming --save and the file when the tracker is malformed.
 StatusOr<int64_t> frozen_resume_iteration(const std::string& save_dir);
 
-// --stage dpo (MindSpeed-LLM's DPOTrainer._init_reference_model): the weights of the latest
-// checkpoint in `dir` (named by `flag` in errors: --ref-model or --load) into `models`, standalone
-// model chunks built like the engine's (this rank's virtual stages); nothing else is read. The
-// checkpoint must hold this model. Also QAD's teacher (--qad-teacher-load); `what` names the model
-// in the start-up line (one line for all the chunks).
+// --stage dpo (MindSpeed-LLM's DPOTrainer._init_reference_model): the weights of the checkpoint
+// in `dir` (named by `flag` in errors: --ref-model or --load) at `iteration` (kUnset: the latest)
+// into `models`, standalone model chunks built like the engine's (this rank's virtual stages);
+// nothing else is read. The checkpoint must hold this model. Also QAD's teacher
+// (--qad-teacher-load); `what` names the model in the start-up line (one line for all the chunks).
 Status load_model_weights(const std::string& flag, const std::string& dir, const std::vector<GPTModel*>& models,
-                          const std::string& what = "reference model");
+                          const std::string& what = "reference model", int64_t iteration = kUnset);
+
+// The iteration the DPO reference loads from `dir` (MindSpeed-LLM's checkpoint_step =
+// --refer-model-iter for the reference model): --refer-model-iter when `dir` holds that iteration;
+// when it does not, NotFound naming --refer-model-iter and the iterations found if the flag was
+// given, else kUnset (the latest checkpoint, where MindSpeed-LLM would fail to load its default
+// iteration 1) and *note says so.
+StatusOr<int64_t> dpo_reference_iteration(const DpoArgs& dpo, const std::string& dir, std::string* note);
 
 // Megatron's --moe-use-upcycling (instead of load_checkpoint): reads the dense checkpoint in
 // --load into the MoE model, each dense MLP's weights and biases into every expert of its layer,

@@ -567,7 +567,12 @@ int pretrain_main(int argc, char** argv) {
       chunks.push_back(reference.back().get());
     }
     const bool own = !args.dpo.ref_model.empty();
-    st = load_model_weights(own ? "--ref-model" : "--load", own ? args.dpo.ref_model : args.checkpoint.load, chunks);
+    const std::string& ref_dir = own ? args.dpo.ref_model : args.checkpoint.load;
+    std::string note;
+    StatusOr<int64_t> ref_iteration = dpo_reference_iteration(args.dpo, ref_dir, &note);
+    if (!ref_iteration.ok()) run_error(ref_iteration.status());
+    if (!note.empty()) print_rank0(str_cat(" > ", note));
+    st = load_model_weights(own ? "--ref-model" : "--load", ref_dir, chunks, "reference model", ref_iteration.value());
     if (!st.ok()) run_error(st);
     trainer.set_dpo_reference(chunks);
   }

@@ -382,6 +382,53 @@ TEST(DpoPretrain, EvaluatesTheValidationPairsAndSkipTrainOnlyEvaluates) {
   }
 }
 
+// --refer-model-iter (MindSpeed-LLM, default 1): a DPO run saved at iterations 1 and 2, resumed
+// from its own directory, takes the policy from iteration 2 and by default the reference from
+// iteration 1 (the loss at the start is not log 2); --refer-model-iter 2 makes the reference the
+// policy (log 2 exactly); an iteration the directory lacks is an error naming the flag and those
+// found; without the flag, a directory without iteration 1 gives the reference its latest.
+TEST(DpoPretrain, ReferModelIterChoosesTheReferenceCheckpoint) {
+  TempDir dir;
+  ASSERT_NO_FATAL_FAILURE(prepare_pairs_and_sft(dir));
+  const std::vector<std::string> eval = {"--split", "60,40,0", "--eval-interval", "4", "--eval-iters", "1"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), eval.begin(), eval.end());
+    return extra;
+  };
+  test::RunResult trained = test::run_with_timeout(
+      dpo(1, dir.file("pairs"), dir.file("sft"), with({"--train-iters", "2", "--save", dir.file("dpo"),
+                                                       "--save-interval", "1", "--lr", "3e-2"})),
+      {}, 300);
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  EXPECT_NE(trained.output.find("has no iteration 1 (--refer-model-iter's default): the reference loads its latest "
+                                "checkpoint"),
+            std::string::npos)
+      << trained.output;
+  auto start_loss = [&](const std::vector<std::string>& extra, double* loss) {
+    std::vector<std::string> flags = with({"--skip-train"});
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    test::RunResult r = test::run_with_timeout(dpo(1, dir.file("pairs"), dir.file("dpo"), flags), {}, 300);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::vector<DpoValidation> v = validations(r.output);
+    ASSERT_EQ(v.size(), 1u) << r.output;
+    *loss = v[0].loss;
+  };
+  double by_default = 0.0, at_one = 0.0, at_two = 0.0;
+  ASSERT_NO_FATAL_FAILURE(start_loss({}, &by_default));
+  ASSERT_NO_FATAL_FAILURE(start_loss({"--refer-model-iter", "1"}, &at_one));
+  ASSERT_NO_FATAL_FAILURE(start_loss({"--refer-model-iter", "2"}, &at_two));
+  EXPECT_NEAR(at_two, std::log(2.0), 1e-6);
+  EXPECT_GT(std::abs(by_default - std::log(2.0)), 1e-4) << "the reference took the policy's weights";
+  EXPECT_EQ(by_default, at_one);
+  test::RunResult missing = test::run_with_timeout(
+      dpo(1, dir.file("pairs"), dir.file("dpo"), with({"--skip-train", "--refer-model-iter", "7"})), {}, 300);
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.output.find("--refer-model-iter 7: the reference checkpoint directory " + dir.file("dpo") +
+                                " has no iter_0000007 (found: iter_0000001, iter_0000002)"),
+            std::string::npos)
+      << missing.output;
+}
+
 // MoE policy and reference (4 experts, top-2, load-balancing loss): the loss starts at log 2 and
 // falls, load_balancing_loss is logged; expert parallelism 2 (with data parallelism 2: the expert
 // layers' tokens exchanged by all-to-all in both models' forwards) reproduces one process's losses,

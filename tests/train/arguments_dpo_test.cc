@@ -90,7 +90,7 @@ TEST(DpoArguments, RefusalsNameTheFlags) {
   const testing::FlagErrorCase cases[] = {
       {{"--stage", "ppo"}, 1, "--stage ppo: not supported yet (Gale has sft and dpo)"},
       {{"--is-pairwise-dataset"}, 1, "--is-pairwise-dataset needs --stage dpo"},
-      {{"--dpo-beta", "0.2"}, 1, "--pref-ftx and --ref-model need --stage dpo"},
+      {{"--dpo-beta", "0.2"}, 1, "--pref-ftx, --ref-model and --refer-model-iter need --stage dpo"},
       {{"--stage", "dpo", "--load", "ckpt", "--eval-iters", "0"}, 1, "--stage dpo: expected --is-pairwise-dataset"},
       {{"--stage", "dpo", "--is-pairwise-dataset", "--eval-iters", "0"}, 1,
        "--stage dpo: expected --ref-model or --load"},
@@ -102,7 +102,8 @@ TEST(DpoArguments, RefusalsNameTheFlags) {
       {dpo({"--mtp-num-layers", "1"}), 1, "--stage dpo with --mtp-num-layers: not supported yet"},
       {dpo({"--dist-train", "--mm-model", "model.json"}), 2, "--dist-train with --stage dpo: not supported yet"},
       {dpo({"--calculate-per-token-loss"}), 1, "--stage dpo with --calculate-per-token-loss: not supported"},
-      {dpo({"--refer-model-iter", "2"}), 1, "--refer-model-iter: not supported yet"},
+      {dpo({"--refer-model-iter", "-1"}), 1, "--refer-model-iter: expected an iteration (>= 0), found -1"},
+      {{"--refer-model-iter", "2"}, 1, "--refer-model-iter need --stage dpo"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.expected);
