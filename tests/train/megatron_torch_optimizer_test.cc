@@ -110,6 +110,56 @@ TEST(MegatronTorchOptimizer, EveryLayoutGivesTheSameState) {
   }
 }
 
+// Tied embeddings at PP 2 (torch_adam_{bf16,distopt}_tp2pp2_tied: the last stage's output_layer.weight copy holds the
+// embedding's state, in the distributed optimizer's buffer a bucket of its own): the embedding's state and every
+// other tensor's are torch_adam's; no output layer; a copy whose state differs from the embedding's is refused.
+TEST(MegatronTorchOptimizer, TiedEmbeddingsAtPp2) {
+  auto base = read_with_optimizer(fixture("torch_adam"));
+  ASSERT_TRUE(base.ok()) << base.status().message();
+  const std::pair<const char*, const char*> cases[] = {{"torch_adam_bf16_tp2pp2_tied", "non-distributed"},
+                                                       {"torch_adam_distopt_tp2pp2_tied", "dp_zero_gather_scatter"}};
+  for (const auto& [dir, layout] : cases) {
+    SCOPED_TRACE(dir);
+    auto m = read_with_optimizer(fixture(dir));
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    const MegatronOptimizerState& o = *m->optimizer;
+    EXPECT_EQ(o.layout, layout);
+    EXPECT_EQ(o.step, 7);
+    for (const char* state : {"exp_avg", "exp_avg_sq"}) {
+      EXPECT_EQ(o.tensors.at(state).count("output_layer.weight"), 0u);
+      EXPECT_EQ(o.tensors.at(state).size() + 1, base->optimizer->tensors.at(state).size()) << state;
+      for (const auto& [name, t] : o.tensors.at(state))
+        expect_same(t, base->optimizer->tensors.at(state).at(name), str_cat(state, " ", name));
+    }
+    EXPECT_EQ(m->tensors.count("output_layer.weight"), 0u);
+    for (const auto& [name, t] : m->tensors) expect_same(t, base->tensors.at(name), "weight " + name);
+  }
+  TempDir tmp;
+  const std::string dir = tmp.file("tied");
+  fs::copy(fixture("torch_adam_bf16_tp2pp2_tied"), dir, fs::copy_options::recursive);
+  const std::string file = dir + "/iter_0000007/mp_rank_00_001/model_optim_rng.pt";
+  auto root = read_torch_file(file);
+  ASSERT_TRUE(root.ok());
+  // The last stage's param groups (core_v0.12's order: the norms' group first, the output layer copy last of the
+  // other): its exp_avg scaled.
+  const PyValue* inner = (*root)->get("optimizer")->get("optimizer");
+  const PyValue* groups = inner->get("param_groups");
+  const int64_t last = groups->items[1]->get("params")->items.back()->i;
+  for (const auto& [k, v] : inner->get("state")->entries)
+    if (k->i == last) {
+      Tensor t = v->get("exp_avg")->data;
+      t.data<float>()[0] *= 2;
+    }
+  ASSERT_TRUE(write_torch_file(file, **root).ok());
+  auto m = read_with_optimizer(dir);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(m.status().message().find("copy of the tied word embedding (its output_layer.weight) holds another "
+                                      "'exp_avg' state than the first stage's embedding"),
+            std::string::npos)
+      << m.status().message();
+}
+
 // A copy of fixture `name` in `tmp` whose rank file `rank` (and its distrib_optim.pt) `edit` changes.
 std::string edited_copy(const TempDir& tmp, const std::string& name, const std::string& rank,
                         const std::function<void(PyValue& root, PyValue* distrib)>& edit) {

@@ -19,6 +19,10 @@ in torch_optim.json), and written in the legacy format's files, iter_0000007/mp_
                              mp_rank_00/distrib_optim.pt = DistributedOptimizer.get_parameter_state_dp_zero() (its
                              save_parameter_state), the buffers laid out by Megatron's own _ParamAndGradBuffer
   torch_adam_distopt_tp2pp2/ the same at TP 2 x PP 2 (DP 1): each model-parallel rank's distrib_optim.pt
+  torch_adam_{bf16,distopt}_tp2pp2_tied/  the two at TP 2 x PP 2 with the word embedding tied to the output layer
+                             (args untie_embeddings_and_output_weights False): the last stage's copy
+                             (output_layer.weight, Megatron's shared_embedding, in a bucket of its own in the
+                             distributed optimizer's buffer) holds the embedding's state; no untied output layer
 The DistributedOptimizer methods run over a stand-in that hands each parameter's range of masters and moments
 (its constructor needs CUDA), as megatron_torch_dist_optim_reference.py's bucket_worker does.
 Writes torch_optim.json: the step, the scheduler state and, per tensor, its shape, sum and first values. Every
@@ -98,9 +102,13 @@ def adamw_over(groups, masters_of, local, names):
     return adamw, masters
 
 
-def worker(rank, world, out, port, state, sched_sd, group_values, mode, tp, pp):
+def worker(rank, world, out, port, state, sched_sd, group_values, mode, tp, pp, tied=False):
     from megatron.core import parallel_state
-    model = dref.build(tp, pp, rank, world, port)
+    if tied:  # the last stage's copy of the tied embedding holds the embedding's state, as Megatron keeps it
+        state = dict(state)  # the untied run's output layer replaced by the embedding's copy
+        state["output_layer.weight"] = {s: x.clone() for s, x in state["embedding.word_embeddings.weight"].items()}
+        torch.Tensor.cuda = lambda t, *a, **k: t  # GPTModel all-reduces the two copies on "CUDA" (here gloo)
+    model = dref.build(tp, pp, rank, world, port, tied=tied)
     t, p = parallel_state.get_tensor_model_parallel_rank(), parallel_state.get_pipeline_model_parallel_rank()
     dp_rank = parallel_state.get_data_parallel_rank()
     local = {s: ref.shard({k: v[s] for k, v in state.items()}, tp, pp, t, p) for s in ("fp32_param", "exp_avg",
@@ -121,6 +129,7 @@ def worker(rank, world, out, port, state, sched_sd, group_values, mode, tp, pp):
         f16.optimizer, f16.fp32_from_float16_groups, f16.grad_scaler = adamw, masters, None
         optimizer_sd = Float16OptimizerWithFloat16Params.state_dict(f16)
         args = legacy_args(tp, pp, 1, False, True)
+        args.untie_embeddings_and_output_weights = not tied
     else:
         import inspect
         from megatron.core.distributed import DistributedDataParallelConfig
@@ -164,6 +173,7 @@ def worker(rank, world, out, port, state, sched_sd, group_values, mode, tp, pp):
         param_state = DistributedOptimizer.get_parameter_state_dp_zero(opt)
         optimizer_sd = DistributedOptimizer.state_dict(opt)
         args = legacy_args(tp, pp, world // (tp * pp), True, True)
+        args.untie_embeddings_and_output_weights = not tied
         if dp_rank == 0:
             print("tp", t, "pp", p, "buckets", [(b.grad_data.numel(), b.numel_unpadded) for b in buffer.buckets])
     if dp_rank == 0:
@@ -193,19 +203,23 @@ def main():
     write_root(rank_dir(out, 1, 1, 0, 0), legacy_args(1, 1, 1, False, False), model.state_dict_for_save_checkpoint(),
                opt.state_dict(), sched_sd)
     dist.destroy_process_group()
-    for k, (name, mode, tp, pp, world) in enumerate((("torch_adam_bf16_tp2pp2", "float16", 2, 2, 4),
-                                                     ("torch_adam_distopt", "distributed", 1, 1, 2),
-                                                     ("torch_adam_distopt_tp2pp2", "distributed", 2, 2, 4))):
+    for k, (name, mode, tp, pp, world, *tied) in enumerate((
+            ("torch_adam_bf16_tp2pp2", "float16", 2, 2, 4),
+            ("torch_adam_distopt", "distributed", 1, 1, 2),
+            ("torch_adam_distopt_tp2pp2", "distributed", 2, 2, 4),
+            ("torch_adam_bf16_tp2pp2_tied", "float16", 2, 2, 4, True),
+            ("torch_adam_distopt_tp2pp2_tied", "distributed", 2, 2, 4, True))):
         if os.environ.get("ONLY") and name not in os.environ["ONLY"].split(","):
             continue
         out = os.path.join(fixtures, name)
         shutil.rmtree(out, ignore_errors=True)
-        mp.spawn(worker, args=(world, out, 27000 + os.getpid() % 500 + 600 * k, state, sched_sd, group_values, mode, tp, pp),
+        mp.spawn(worker, args=(world, out, 27000 + os.getpid() % 500 + 600 * k, state, sched_sd, group_values, mode, tp, pp, bool(tied)),
                  nprocs=world, join=True)
-    for name in ("torch_adam", "torch_adam_bf16_tp2pp2", "torch_adam_distopt", "torch_adam_distopt_tp2pp2"):
+    for name in ("torch_adam", "torch_adam_bf16_tp2pp2", "torch_adam_distopt", "torch_adam_distopt_tp2pp2",
+                 "torch_adam_bf16_tp2pp2_tied", "torch_adam_distopt_tp2pp2_tied"):
         with open(os.path.join(fixtures, name, "latest_checkpointed_iteration.txt"), "w") as f:
             f.write(str(ITERATION))
-    print("wrote torch_adam, torch_adam_bf16_tp2pp2, torch_adam_distopt, torch_adam_distopt_tp2pp2")
+    print("wrote torch_adam, torch_adam_bf16_tp2pp2, torch_adam_distopt, torch_adam_distopt_tp2pp2 and the _tied ones")
 
 
 if __name__ == "__main__":
