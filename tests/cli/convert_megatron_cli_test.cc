@@ -569,7 +569,8 @@ TEST(ConvertMegatron, PretrainResumesMegatronsAdamState) {
 // at TP 2 x PP 2 with bf16 weights, the distributed optimizer's distrib_optim.pt at DP 2 and at TP 2 x PP 2; the same
 // 7 AdamW steps): iteration 8 in Gale, at other layouts than the saving run's (DP 1 or 2 for the DP 2 one), must be
 // AdamW's update from the loaded state on every element (expect_adamw_step), with the restored step and schedule; the
-// bf16 fixtures hold one state, so their first losses in one process are equal to the bit.
+// bf16 fixtures hold one state, so their first losses in one process are equal to the bit; the same with tied
+// embeddings at TP 2 x PP 2 (_tied), continued in one process and at PP 2.
 TEST(ConvertMegatron, PretrainResumesMegatronsLegacyAdamState) {
   TempDir tmp;
   write_small_dataset(tmp.file("data_text_document"));
@@ -626,6 +627,32 @@ TEST(ConvertMegatron, PretrainResumesMegatronsLegacyAdamState) {
   }
   EXPECT_EQ(one_process_loss.at("torch_adam_distopt"), one_process_loss.at("torch_adam_bf16_tp2pp2"));
   EXPECT_EQ(one_process_loss.at("torch_adam_distopt_tp2pp2"), one_process_loss.at("torch_adam_bf16_tp2pp2"));
+  // Tied embeddings (torch_adam_{bf16,distopt}_tp2pp2_tied): without --untie-embeddings-and-output-weights, in one
+  // process and at PP 2, AdamW's update from the loaded state; both layouts the same first loss.
+  std::vector<std::string> tied = model;
+  tied.erase(std::find(tied.begin(), tied.end(), "--untie-embeddings-and-output-weights"));
+  std::vector<double> tied_loss;
+  for (const char* fixture : {"torch_adam_bf16_tp2pp2_tied", "torch_adam_distopt_tp2pp2_tied"})
+    for (int np : {1, 2}) {
+      SCOPED_TRACE(str_cat(fixture, " on ", np, " ranks"));
+      const std::string save = tmp.file(str_cat("out", k++));
+      std::vector<std::string> program = {GALE_BINARY};
+      program.insert(program.end(), tied.begin(), tied.end());
+      std::vector<std::string> extra = {"--bf16", "--load", megatron(fixture), "--save", save};
+      if (np == 2) extra.insert(extra.end(), {"--pipeline-model-parallel-size", "2"});
+      test::RunResult r = test::run_with_timeout(testing::launch_argv(np, program, extra), testing::kMpiEnv, 300);
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      const std::vector<double> loss = logged_values(r.output, "lm loss");
+      ASSERT_EQ(loss.size(), 1u) << r.output;
+      tied_loss.push_back(loss[0]);
+      auto from = read_megatron_checkpoint(megatron(fixture), kUnset, /*with_optimizer=*/true);
+      ASSERT_TRUE(from.ok()) << from.status().message();
+      expect_adamw_step(*from, save, fixture, 5000);  // no output layer: 5024 elements
+    }
+  ASSERT_EQ(tied_loss.size(), 4u);
+  EXPECT_EQ(tied_loss[2], tied_loss[0]);
+  EXPECT_NEAR(tied_loss[1], tied_loss[0], 1e-5 * tied_loss[0]);
+  EXPECT_NEAR(tied_loss[3], tied_loss[0], 1e-5 * tied_loss[0]);
 }
 
 // Tied embeddings at PP > 1 (tests/data/megatron/torch_dist_adam_{buckets,dp_zero}_tp2pp2_tied: the same state with the
