@@ -10,6 +10,7 @@
 // those values; every other fixture exactly torch_adam's tensors (the bf16 ones' masters as the weights).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -252,6 +253,29 @@ TEST(MegatronTorchOptimizerErrors, DistributedOptimizerFilesAreChecked) {
   EXPECT_EQ(m.status().code(), StatusCode::kDataLoss) << m.status().message();
   EXPECT_NE(m.status().message().find("of the buffer layout Gale rebuilt from the saved args"), std::string::npos)
       << m.status().message();
+}
+
+// Apex / Transformer Engine's FusedAdam keeps the step in each param group, not per parameter: read from there.
+// Steps that differ between parameters are refused.
+TEST(MegatronTorchOptimizer, FusedAdamStepInTheParamGroups) {
+  TempDir tmp;
+  std::string dir = edited_copy(tmp, "torch_adam", "mp_rank_00", [](PyValue& root, PyValue*) {
+    PyValue& opt = mutable_get(root, "optimizer");
+    for (auto& [k, s] : mutable_get(opt, "state").entries)
+      s->entries.erase(std::remove_if(s->entries.begin(), s->entries.end(),
+                                      [](const auto& e) { return e.first->s == "step"; }),
+                       s->entries.end());
+    for (const PyRef& g : mutable_get(opt, "param_groups").items) g->set("step", PyValue::integer(7));
+  });
+  auto m = read_with_optimizer(dir);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->optimizer->step, 7);
+  TempDir tmp2;
+  dir = edited_copy(tmp2, "torch_adam", "mp_rank_00", [](PyValue& root, PyValue*) {
+    PyValue& state = mutable_get(mutable_get(root, "optimizer"), "state");
+    mutable_get(*state.entries[3].second, "step").data.data<float>()[0] = 6;
+  });
+  expect_refused(dir, StatusCode::kUnimplemented, "record different steps (6 and 7)");
 }
 
 TEST(MegatronTorchOptimizerErrors, CheckpointWithoutOptimizerState) {
