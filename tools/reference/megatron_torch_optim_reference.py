@@ -1,9 +1,9 @@
 """Tiny Megatron-LM legacy `torch`-format checkpoints (--ckpt-format torch) that hold Adam's optimizer state.
 
-The state is torch_dist_adam's (megatron_torch_dist_optim_reference.py's train_adamw: Megatron core_v0.12.1's
-FP32Optimizer over torch AdamW, 7 steps, 2 layers, hidden 16, ffn 24, vocabulary 50 padded to 64), rebuilt here in
-the same process (torch 1.13's AdamW and initialisation give other values than torch 2.5's: the state is recorded
-in torch_optim.json), and written in the legacy format's files, iter_0000007/mp_rank_TT[_PPP]/model_optim_rng.pt:
+The state is trained by torch_dist_adam's recipe (megatron_torch_dist_optim_reference.py's train_adamw: Megatron
+core_v0.12.1's FP32Optimizer over torch AdamW, 7 steps, 2 layers, hidden 16, ffn 24, vocabulary 50 padded to 64) in
+this process (torch 1.13's AdamW and initialisation give other values than the torch 2.5 that wrote torch_dist_adam:
+the state is recorded in torch_optim.json), and written in the legacy format's files, iter_0000007/mp_rank_TT[_PPP]/model_optim_rng.pt:
   torch_adam/                the non-distributed optimizer, TP 1, f32 weights: 'optimizer' is Megatron's own
                              FP32Optimizer.state_dict() (torch AdamW's {'state': {param index: {'step', 'exp_avg',
                              'exp_avg_sq'}}, 'param_groups': [{'params': [indices], 'wd_mult', ...}]})
