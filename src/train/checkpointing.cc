@@ -651,7 +651,7 @@ Status load_non_persistent(const Arguments& args, Engine& engine, TrainerState& 
 }
 
 // A Megatron-LM checkpoint (torch, torch_dist or torch_dcp format) in `dir`: its model weights (and, unless
-// `finetune`, its iteration and consumed samples; unless --no-load-optim too, a torch_dist checkpoint's
+// `finetune`, its iteration and consumed samples; unless --no-load-optim too, a torch_dist or torch checkpoint's
 // optimizer state, step and scheduler), through a Gale checkpoint written to a private temporary
 // directory of this process. Megatron's RNG state (torch's generators) has no Gale counterpart: not read.
 Status load_megatron(const std::string& flag, const std::string& dir, const Arguments& args, Engine& engine,

@@ -181,19 +181,32 @@ int64_t numel_of(const Shape& s) {
 const char kEmbedding[] = "embedding.word_embeddings.weight";
 
 // Tied embeddings at PP > 1: the checkpoint saves the embedding alone (the last stage's output layer as its replica).
-Status check_tied_checkpoint(const DcpCheckpoint& c, const std::string& dir) {
-  if (c.tensors().count("output_layer.weight") || !c.tensors().count(kEmbedding))
+Status check_tied_checkpoint(const std::map<std::string, Shape>& shapes, const std::string& dir) {
+  if (shapes.count("output_layer.weight") || !shapes.count(kEmbedding))
     return DataLoss(dir, ": Megatron's args record tied embeddings (no untie_embeddings_and_output_weights) at PP > 1, "
-                    "but the checkpoint holds ", c.tensors().count(kEmbedding) ? "an output_layer.weight" : str_cat(
+                    "but the checkpoint holds ", shapes.count(kEmbedding) ? "an output_layer.weight" : str_cat(
                     "no ", kEmbedding), ": expected the embedding alone (the last stage's output layer saved as its "
                     "replica); ", kOutWay);
   return Status::Ok();
+}
+
+std::map<std::string, Shape> shapes_of(const DcpCheckpoint& c) {
+  std::map<std::string, Shape> out;
+  for (const auto& [key, info] : c.tensors()) out[key] = info.shape;
+  return out;
 }
 
 }  // namespace
 
 StatusOr<std::vector<MegatronBucketParam>> megatron_parameter_order(const DcpCheckpoint& c, const std::string& impl,
                                                                     int64_t num_layers, const std::string& dir,
+                                                                    const MegatronModelRank& rank) {
+  return megatron_parameter_order(shapes_of(c), impl, num_layers, dir, rank);
+}
+
+StatusOr<std::vector<MegatronBucketParam>> megatron_parameter_order(const std::map<std::string, Shape>& shapes,
+                                                                    const std::string& impl, int64_t num_layers,
+                                                                    const std::string& dir,
                                                                     const MegatronModelRank& rank) {
   if (impl != "local" && impl != "transformer_engine")
     return Unimplemented(dir, ": Megatron's args.transformer_impl '", impl, "': expected 'local' or "
@@ -204,7 +217,7 @@ StatusOr<std::vector<MegatronBucketParam>> megatron_parameter_order(const DcpChe
   // The stage's global layers [first, last).
   const int64_t first = rank.first_layer, last = rank.num_layers < 0 ? num_layers : rank.first_layer + rank.num_layers;
   std::vector<std::tuple<int, int64_t, int, MegatronBucketParam>> ranked;
-  for (const auto& [key, info] : c.tensors()) {
+  for (const auto& [key, shape] : shapes) {
     if (!model_key(key)) continue;
     if (!starts_with(key, kLayers)) {
       const int r = top_rank(key);
@@ -212,7 +225,7 @@ StatusOr<std::vector<MegatronBucketParam>> megatron_parameter_order(const DcpChe
         return Unimplemented(dir, ": model tensor '", key, "': its place in Megatron's parameter order (which lays "
                              "out the distributed optimizer's buckets) is not known to Gale; ", kOutWay);
       if (r <= 1 ? !rank.first_stage : !rank.last_stage) continue;  // the embedding; the final norm, output layer
-      GALE_ASSIGN_OR_RETURN(Shape piece, tp_piece(key, info.shape, rank, dir));
+      GALE_ASSIGN_OR_RETURN(Shape piece, tp_piece(key, shape, rank, dir));
       ranked.emplace_back(r, 0, 0, MegatronBucketParam{key, -1, numel_of(piece), 0, 0, piece});
       // Tied at PP > 1: the first stage's word embedding is Megatron's shared_embedding.
       std::get<3>(ranked.back()).own_bucket =
@@ -230,22 +243,22 @@ StatusOr<std::vector<MegatronBucketParam>> megatron_parameter_order(const DcpChe
                            "known to Gale; ", kOutWay);
     if (layer >= 0) {
       if (layer < first || layer >= last) continue;  // another stage's
-      GALE_ASSIGN_OR_RETURN(Shape piece, tp_piece(key, info.shape, rank, dir));
+      GALE_ASSIGN_OR_RETURN(Shape piece, tp_piece(key, shape, rank, dir));
       ranked.emplace_back(2, layer, r, MegatronBucketParam{key, -1, numel_of(piece), 0, 0, piece});
       continue;
     }
-    if (info.shape.empty() || info.shape[0] != num_layers)
-      return DataLoss(dir, ": model tensor '", key, "' of shape ", shape_string(info.shape), ": expected the layers "
+    if (shape.empty() || shape[0] != num_layers)
+      return DataLoss(dir, ": model tensor '", key, "' of shape ", shape_string(shape), ": expected the layers "
                       "stacked along its first dimension (args.num_layers = ", num_layers, ")");
-    GALE_ASSIGN_OR_RETURN(Shape piece, tp_piece(key, Shape(info.shape.begin() + 1, info.shape.end()), rank, dir));
+    GALE_ASSIGN_OR_RETURN(Shape piece, tp_piece(key, Shape(shape.begin() + 1, shape.end()), rank, dir));
     for (int64_t l = std::max<int64_t>(first, 0); l < std::min(last, num_layers); ++l)
       ranked.emplace_back(2, l, r, MegatronBucketParam{key, l, numel_of(piece), 0, 0, piece});
   }
   // Tied embeddings: the last stage's copy of the word embedding (GPTModel's output_layer.weight, which the checkpoint
   // saves as a replica of the embedding) sits at the output layer's place.
   if (rank.tied_embeddings && rank.last_stage && !rank.first_stage) {
-    GALE_RETURN_IF_ERROR(check_tied_checkpoint(c, dir));
-    GALE_ASSIGN_OR_RETURN(Shape piece, tp_piece(kEmbedding, c.tensors().at(kEmbedding).shape, rank, dir));
+    GALE_RETURN_IF_ERROR(check_tied_checkpoint(shapes, dir));
+    GALE_ASSIGN_OR_RETURN(Shape piece, tp_piece(kEmbedding, shapes.at(kEmbedding), rank, dir));
     ranked.emplace_back(top_rank("output_layer.weight"), 0, 0,
                         MegatronBucketParam{kEmbedding, -1, numel_of(piece), 0, 0, piece, /*own_bucket=*/true});
   }
@@ -351,6 +364,9 @@ StatusOr<BucketSource> bucket_tensors(const DcpCheckpoint& c, const MegatronBuck
 // dp_zero_gather_scatter: one object, {'buckets_coalesced': True, 0: {(param dtype, grad dtype): {'param',
 // 'exp_avg', 'exp_avg_sq': the buckets' unpadded elements one after another, 'numel_unpadded'}}}.
 // Model-parallel rank `group`'s object optimizer.distributed.dp_group_idx_<group>.param_state.
+StatusOr<BucketSource> gathered_buffers_of(PyRef v, const MegatronBucketLayout& layout, const std::string& key,
+                                           const std::string& what, std::vector<std::string>* states);
+
 StatusOr<BucketSource> gathered_buffers(const DcpCheckpoint& c, const MegatronBucketLayout& layout, int64_t group,
                                         const std::string& what, std::vector<std::string>* states) {
   const std::string key = str_cat(kBuckets, "dp_group_idx_", group, ".param_state/shard_0_1");
@@ -358,6 +374,12 @@ StatusOr<BucketSource> gathered_buffers(const DcpCheckpoint& c, const MegatronBu
     return DataLoss(what, ": expected the object '", key, "' (the gathered buffers), found none; ", kOutWay);
   GALE_ASSIGN_OR_RETURN(PyRef v, c.read_object(key));
   if (v->kind == PyValue::kList && v->items.size() == 1) v = v->items[0];  // a ShardedObject's one-element list
+  return gathered_buffers_of(v, layout, key, what, states);
+}
+
+// get_parameter_state_dp_zero's dict `v` (named `key` in errors).
+StatusOr<BucketSource> gathered_buffers_of(PyRef v, const MegatronBucketLayout& layout, const std::string& key,
+                                           const std::string& what, std::vector<std::string>* states) {
   const PyValue* per_dtype = nullptr;
   for (const auto& [k, x] : v->entries)
     if (k->kind == PyValue::kInt) {
@@ -415,8 +437,24 @@ Tensor layer_slice(const Tensor& w, int64_t layer) {
   return out;
 }
 
-// The states of one model-parallel rank: state -> (model key, layer) -> its piece.
-using RankState = std::map<std::string, std::map<std::pair<std::string, int64_t>, Tensor>>;
+using RankState = MegatronRankState;
+
+// Every bucket of `states` cut into the parameters of `layout`.
+StatusOr<RankState> cut_buckets(const BucketSource& source, const std::vector<std::string>& states,
+                                const MegatronBucketLayout& layout) {
+  RankState local;
+  for (const std::string& state : states)
+    for (int64_t b = 0; b < static_cast<int64_t>(layout.bucket_numel_unpadded.size()); ++b) {
+      GALE_ASSIGN_OR_RETURN(std::vector<float> f, source(state, b));
+      for (const MegatronBucketParam& q : layout.params) {
+        if (q.bucket != b) continue;
+        Tensor x = Tensor::empty(q.shape, DType::kF32);
+        std::memcpy(x.data<float>(), f.data() + q.begin, static_cast<size_t>(q.numel) * sizeof(float));
+        local[state][{q.key, q.layer}] = std::move(x);
+      }
+    }
+  return local;
+}
 
 }  // namespace
 
@@ -490,7 +528,7 @@ Status read_megatron_bucket_state(const DcpCheckpoint& c, const PyValue* args, c
   }
   const PyValue* untie = args ? args->attr("untie_embeddings_and_output_weights") : nullptr;
   const bool tied = !(untie && untie->kind == PyValue::kBool && untie->b);
-  if (tied && pp > 1) GALE_RETURN_IF_ERROR(check_tied_checkpoint(c, dir));  // before the first stage's buckets
+  if (tied && pp > 1) GALE_RETURN_IF_ERROR(check_tied_checkpoint(shapes_of(c), dir));  // before the first stage's buckets
   const PyValue* impl = args ? args->attr("transformer_impl") : nullptr;
   if (impl == nullptr || impl->kind != PyValue::kString)
     return Unimplemented(what, ": Megatron's args record no transformer_impl, which sets the order of the "
@@ -543,17 +581,7 @@ Status read_megatron_bucket_state(const DcpCheckpoint& c, const PyValue* args, c
       GALE_ASSIGN_OR_RETURN(BucketSource source, o->layout == "dp_zero_gather_scatter"
                                                      ? gathered_buffers(c, layout, group, rank_what, &states)
                                                      : bucket_tensors(c, layout, group, rank_what, &states));
-      RankState local;
-      for (const std::string& state : states)
-        for (int64_t b = 0; b < static_cast<int64_t>(layout.bucket_numel_unpadded.size()); ++b) {
-          GALE_ASSIGN_OR_RETURN(std::vector<float> f, source(state, b));
-          for (const MegatronBucketParam& q : layout.params) {
-            if (q.bucket != b) continue;
-            Tensor x = Tensor::empty(q.shape, DType::kF32);
-            std::memcpy(x.data<float>(), f.data() + q.begin, static_cast<size_t>(q.numel) * sizeof(float));
-            local[state][{q.key, q.layer}] = std::move(x);
-          }
-        }
+      GALE_ASSIGN_OR_RETURN(RankState local, cut_buckets(source, states, layout));
       // The masters, rounded to the weights' dtype, are this rank's piece of the saved weights: proof that the
       // layout is Megatron's.
       auto masters = local.find("fp32_param");
@@ -624,6 +652,17 @@ Status read_megatron_bucket_state(const DcpCheckpoint& c, const PyValue* args, c
   }
   for (auto& [state, by_key] : global) o->tensors[state] = std::move(by_key);
   return Status::Ok();
+}
+
+StatusOr<int64_t> megatron_saved_bucket_size(const PyValue* args, int64_t num_parameters, const std::string& where) {
+  return saved_bucket_size(args, num_parameters, where);
+}
+
+StatusOr<MegatronRankState> megatron_split_dp_zero(const PyRef& state, const MegatronBucketLayout& layout,
+                                                   const std::string& file, const std::string& what) {
+  std::vector<std::string> states;
+  GALE_ASSIGN_OR_RETURN(BucketSource source, gathered_buffers_of(state, layout, file, what, &states));
+  return cut_buckets(source, states, layout);
 }
 
 }  // namespace gale

@@ -51,7 +51,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ckpt/dcp_reader.h"
@@ -99,6 +101,13 @@ StatusOr<std::vector<MegatronBucketParam>> megatron_parameter_order(const DcpChe
                                                                     int64_t num_layers, const std::string& dir,
                                                                     const MegatronModelRank& rank = {});
 
+// The same over the model keys and shapes of one saving rank (a torch-format rank file's state dict: its local TP
+// pieces, so rank.tp_size 1, and its stage's layers numbered from 0).
+StatusOr<std::vector<MegatronBucketParam>> megatron_parameter_order(const std::map<std::string, Shape>& shapes,
+                                                                    const std::string& impl, int64_t num_layers,
+                                                                    const std::string& dir,
+                                                                    const MegatronModelRank& rank = {});
+
 // Megatron's _ParamAndGradBuffer layout of `params` (in model order) with the distributed optimizer:
 // `bucket_size` 0 = one bucket; a parameter with own_bucket closes the open bucket (at its 64-aligned start) and its
 // own after it.
@@ -110,6 +119,20 @@ MegatronBucketLayout megatron_bucket_layout(std::vector<MegatronBucketParam> par
 // num_layers / pp each. DataLoss, naming the args, for a split Megatron refuses.
 StatusOr<std::vector<int64_t>> megatron_stage_layers(const PyValue* args, int64_t pp, int64_t num_layers,
                                                      const std::string& what);
+
+// The DDP bucket size of the saving run from its args (0 = one bucket); `num_parameters` the rank's parameter count
+// (for args.ddp_num_buckets). DataLoss naming `where` when the args cannot tell.
+StatusOr<int64_t> megatron_saved_bucket_size(const PyValue* args, int64_t num_parameters, const std::string& where);
+
+// One model-parallel rank's state: state ("fp32_param", "exp_avg", ...) -> (model key, layer) -> its piece (f32).
+using MegatronRankState = std::map<std::string, std::map<std::pair<std::string, int64_t>, Tensor>>;
+
+// DistributedOptimizer.get_parameter_state_dp_zero's dict `state` ({'buckets_coalesced': True, 0: {(param dtype,
+// grad dtype): {'param', 'exp_avg', 'exp_avg_sq', 'numel_unpadded'}}}: the legacy format's distrib_optim.pt)
+// cut into the parameters of `layout` (the masters as "fp32_param"). `file` and `what` name it in errors: a total
+// other than the layout's, several buffers (Unimplemented).
+StatusOr<MegatronRankState> megatron_split_dp_zero(const PyRef& state, const MegatronBucketLayout& layout,
+                                                   const std::string& file, const std::string& what);
 
 // Fills o->tensors (fp32_param, exp_avg, exp_avg_sq by model key, global shapes as saved, the TP pieces merged and
 // every stage's layers in place) from the bucket-space state of `c` (layout o->layout); `args` Megatron's args

@@ -21,6 +21,7 @@
 #include "train/megatron_mla_names.h"
 #include "train/megatron_moe_names.h"
 #include "train/megatron_tp_split.h"
+#include "train/megatron_torch_optimizer.h"
 #include "train/model_setup.h"
 
 namespace gale {
@@ -331,11 +332,11 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
                               "directories or .metadata), found ",
                               format == CheckpointFormat::kGale ? std::string("a Gale checkpoint (metadata.json)") : found);
   m.format = format;
-  if (with_optimizer && format != CheckpointFormat::kMegatronTorchDist)
-    return Unimplemented(m.directory, ": Megatron's optimizer state is read from torch_dist checkpoints only; this one "
-                         "is in the ", checkpoint_format_name(format), " format (not supported yet): pass "
-                         "--no-load-optim (or --finetune) to load the model weights and iteration only, or save it in "
-                         "Megatron with --ckpt-format torch_dist");
+  if (with_optimizer && format == CheckpointFormat::kMegatronTorchDcp)
+    return Unimplemented(m.directory, ": Megatron's optimizer state is read from torch_dist and torch checkpoints only; "
+                         "this one is in the torch_dcp format (not supported yet): pass --no-load-optim (or "
+                         "--finetune) to load the model weights and iteration only, or save it in Megatron with "
+                         "--ckpt-format torch_dist");
   // mp_rank_TT or mp_rank_TT_PPP directories; torch_dist / torch_dcp: one global state dict.
   std::map<std::pair<int64_t, int64_t>, std::string> files;
   std::map<std::pair<int64_t, int64_t>, PyRef> roots;
@@ -448,6 +449,9 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
   a["padded_vocab_size"] = emb->second.shape()[0];
   if (!a.contains("make_vocab_size_divisible_by")) a["make_vocab_size_divisible_by"] = 128;
   if (!m.args.value("untie_embeddings_and_output_weights", false)) m.tensors.erase("output_layer.weight");
+  if (with_optimizer && !dist) {  // each rank file's optimizer (and distrib_optim.pt), merged
+    GALE_ASSIGN_OR_RETURN(optimizer, read_megatron_torch_optimizer(files, roots, gale_name_of, swiglu));
+  }
   if (optimizer) GALE_RETURN_IF_ERROR(take_optimizer_state(std::move(*optimizer), m));
   GALE_ASSIGN_OR_RETURN(m.model, model_args_from_json(a, where));
   GALE_RETURN_IF_ERROR(refuse_variant_conversion(m.model, where));

@@ -76,12 +76,12 @@ struct MegatronCheckpoint {
 // Reads Megatron's checkpoint in <load_dir> (the tracker's iteration, or `step`): the legacy `torch`
 // format, `torch_dist` or `torch_dcp` (whose tensors are global: tensor_parallel / pipeline_parallel
 // are then the layout that saved it, from args). The model is read, and with `with_optimizer` the
-// optimizer state of a torch_dist checkpoint (train/megatron_dist_optimizer.h: Adam's moments or SGD's
-// momentum, step, scheduler; the fp32 master copies of a --bf16/--fp16 run become the weights); never
-// the RNG state. Errors name the file and what was expected and found: a Gale checkpoint, a missing
+// optimizer state of a torch_dist checkpoint (train/megatron_dist_optimizer.h) or a torch one
+// (train/megatron_torch_optimizer.h): Adam's moments or SGD's momentum, step, scheduler; the fp32 master
+// copies of a --bf16/--fp16 run become the weights; never the RNG state. Errors name the file and what was expected and found: a Gale checkpoint, a missing
 // rank file (expert-parallel ones too), a pickle without 'model', shards whose shapes disagree, keys
-// with no place in Gale's model; with `with_optimizer`, a torch or torch_dcp checkpoint (Unimplemented) and the
-// optimizer layouts read_megatron_dist_optimizer refuses, each naming --no-load-optim.
+// with no place in Gale's model; with `with_optimizer`, a torch_dcp checkpoint (Unimplemented) and the
+// optimizer layouts the two readers refuse, each naming --no-load-optim.
 StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_dir, int64_t step = kUnset,
                                                       bool with_optimizer = false);
 

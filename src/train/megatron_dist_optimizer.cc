@@ -162,6 +162,12 @@ StatusOr<MegatronOptimizerState> read_lion_chain(const DcpCheckpoint& c, const P
 
 }  // namespace
 
+nlohmann::json megatron_scalars_json(const PyValue& d) { return scalars_json(d); }
+
+StatusOr<int64_t> megatron_optimizer_step(const PyValue& inner, const std::string& where) {
+  return step_of(inner, where);
+}
+
 StatusOr<Tensor> unflatten_model_space(const Tensor& flat, const Shape& global, const std::string& what) {
   const size_t n = global.size();
   const Shape& fs = flat.shape();

@@ -67,6 +67,13 @@ struct MegatronOptimizerState {
 StatusOr<MegatronOptimizerState> read_megatron_dist_optimizer(const DcpCheckpoint& c, const PyValue& common,
                                                               const PyValue* args, const std::string& dir);
 
+// A dict of Python scalars (opt_param_scheduler, grad_scaler; one-element tensors as numbers) as a JSON object.
+nlohmann::json megatron_scalars_json(const PyValue& d);
+
+// The optimizer steps taken recorded in torch's optimizer state dict `inner` (state['common_step'], or each param
+// group's 'step'); Unimplemented naming `where` when they differ, 0 when none is recorded.
+StatusOr<int64_t> megatron_optimizer_step(const PyValue& inner, const std::string& where);
+
 // The model-space tensor of global shape `global` from its N-D flattened form `flat` (shape [F_0, ..., F_{n-1},
 // N] with F_d dividing global[d] and N the product of global[d] / F_d): each row of N elements is the local
 // block at offsets f * (global / F), row-major. `what` names the tensor in errors.

@@ -190,7 +190,7 @@ TEST(ConvertMegatron, Refusals) {
 }
 
 // `gale pretrain --load <Megatron dir>` continues at Megatron's iteration (7) with its weights;
-// the torch format's optimizer state is not read, which needs --no-load-optim; two ranks at TP 2 log the
+// a torch-format checkpoint without optimizer state needs --no-load-optim; two ranks at TP 2 log the
 // same loss as one process; --pretrained-checkpoint
 // fine-tunes from iteration 0; --use-checkpoint-args reads the model flags from Megatron's args.
 // 100 documents of 20 random ids below 49, and the flags of a small LLaMA-style model trained on them.
@@ -228,8 +228,8 @@ TEST(ConvertMegatron, PretrainLoadsAMegatronCheckpointAndContinuesAtItsIteration
   };
   test::RunResult r = run({"--train-iters", "8", "--load", megatron("tp2pp2"), "--save", tmp.file("a")});
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("Megatron's optimizer state is read from torch_dist checkpoints only; this one is in the "
-                          "torch format (not supported yet): pass --no-load-optim (or --finetune)"),
+  EXPECT_NE(r.output.find("holds no optimizer state (saved with --no-save-optim, or not by a training run): pass "
+                          "--no-load-optim (or --finetune)"),
             std::string::npos)
       << r.output;
   r = run({"--train-iters", "8", "--load", megatron("tp1"), "--no-load-optim", "--lora-target-modules", "linear_qkv",
@@ -562,6 +562,97 @@ TEST(ConvertMegatron, PretrainResumesMegatronsAdamState) {
   // The TP 2 x PP 2 runs' buffers hold the TP 1 run's state: the same first loss, to the bit.
   EXPECT_EQ(one_process_loss.at("torch_dist_adam_buckets_tp2pp2"), one_process_loss.at("torch_dist_adam_buckets"));
   EXPECT_EQ(one_process_loss.at("torch_dist_adam_dp_zero_tp2pp2"), one_process_loss.at("torch_dist_adam_buckets"));
+}
+
+// Megatron's optimizer state from legacy torch-format checkpoints (tests/data/megatron/torch_adam*,
+// tools/reference/megatron_torch_optim_reference.py: FP32Optimizer's state dict at TP 1, Float16OptimizerWithFloat16Params'
+// at TP 2 x PP 2 with bf16 weights, the distributed optimizer's distrib_optim.pt at DP 2 and at TP 2 x PP 2; the same
+// 7 AdamW steps): iteration 8 in Gale, at other layouts than the saving run's (DP 1 or 2 for the DP 2 one), must be
+// AdamW's update from the loaded state on every element (expect_adamw_step), with the restored step and schedule; the
+// bf16 fixtures hold one state, so their first losses in one process are equal to the bit; the same with tied
+// embeddings at TP 2 x PP 2 (_tied), continued in one process and at PP 2.
+TEST(ConvertMegatron, PretrainResumesMegatronsLegacyAdamState) {
+  TempDir tmp;
+  write_small_dataset(tmp.file("data_text_document"));
+  const std::vector<std::string> model = adam_model(tmp);
+  struct Case {
+    const char* fixture;
+    int np;
+    std::vector<std::string> extra;
+    const char* layout;
+  };
+  const Case cases[] = {
+      {"torch_adam", 1, {}, "non-distributed"},
+      {"torch_adam", 2, {"--use-distributed-optimizer"}, "non-distributed"},
+      {"torch_adam_bf16_tp2pp2", 1, {"--bf16"}, "non-distributed"},
+      {"torch_adam_bf16_tp2pp2", 2, {"--bf16", "--pipeline-model-parallel-size", "2"}, "non-distributed"},
+      {"torch_adam_distopt", 1, {"--bf16"}, "dp_zero_gather_scatter"},
+      {"torch_adam_distopt", 2, {"--bf16", "--use-distributed-optimizer"}, "dp_zero_gather_scatter"},
+      {"torch_adam_distopt_tp2pp2", 1, {"--bf16"}, "dp_zero_gather_scatter"},
+      {"torch_adam_distopt_tp2pp2", 2, {"--bf16", "--tensor-model-parallel-size", "2"}, "dp_zero_gather_scatter"},
+  };
+  std::map<std::string, double> one_process_loss;
+  int k = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(str_cat(c.fixture, " on ", c.np, " ranks"));
+    const std::string save = tmp.file(str_cat("out", k++));
+    std::vector<std::string> program = {GALE_BINARY};
+    program.insert(program.end(), model.begin(), model.end());
+    std::vector<std::string> extra = c.extra;
+    extra.insert(extra.end(), {"--load", megatron(c.fixture), "--save", save});
+    test::RunResult r = test::run_with_timeout(testing::launch_argv(c.np, program, extra), testing::kMpiEnv, 300);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const bool bf16 = std::string(c.fixture) != "torch_adam";
+    const bool tp2pp2 = std::string(c.fixture).find("_tp2pp2") != std::string::npos;
+    EXPECT_NE(r.output.find(str_cat("reading Megatron's torch checkpoint ", megatron(c.fixture), "/iter_0000007 "
+                                    "(checkpoint_version 3, saved at TP ", tp2pp2 ? 2 : 1, " x PP ", tp2pp2 ? 2 : 1,
+                                    "): model weights", bf16 ? " (its fp32 master copies)" : "", ", adam optimizer "
+                                    "state (", c.layout, ": exp_avg, exp_avg_sq; step 7), scheduler and iteration; "
+                                    "Megatron's RNG state is not read")),
+              std::string::npos)
+        << r.output;
+    EXPECT_NE(r.output.find("successfully loaded checkpoint from " + megatron(c.fixture) + " at iteration 7"),
+              std::string::npos)
+        << r.output;
+    const std::vector<double> lr = logged_values(r.output, "learning rate");
+    ASSERT_EQ(lr.size(), 1u) << r.output;
+    EXPECT_NEAR(lr[0], 7e-4, 1e-12);
+    const std::vector<double> loss = logged_values(r.output, "lm loss");
+    ASSERT_EQ(loss.size(), 1u) << r.output;
+    if (c.np == 1) one_process_loss[c.fixture] = loss[0];
+    else EXPECT_NEAR(loss[0], one_process_loss.at(c.fixture), 1e-5 * loss[0]);
+    auto from = read_megatron_checkpoint(megatron(c.fixture), kUnset, /*with_optimizer=*/true);
+    ASSERT_TRUE(from.ok()) << from.status().message();
+    expect_adamw_step(*from, save, c.fixture);
+  }
+  EXPECT_EQ(one_process_loss.at("torch_adam_distopt"), one_process_loss.at("torch_adam_bf16_tp2pp2"));
+  EXPECT_EQ(one_process_loss.at("torch_adam_distopt_tp2pp2"), one_process_loss.at("torch_adam_bf16_tp2pp2"));
+  // Tied embeddings (torch_adam_{bf16,distopt}_tp2pp2_tied): without --untie-embeddings-and-output-weights, in one
+  // process and at PP 2, AdamW's update from the loaded state; both layouts the same first loss.
+  std::vector<std::string> tied = model;
+  tied.erase(std::find(tied.begin(), tied.end(), "--untie-embeddings-and-output-weights"));
+  std::vector<double> tied_loss;
+  for (const char* fixture : {"torch_adam_bf16_tp2pp2_tied", "torch_adam_distopt_tp2pp2_tied"})
+    for (int np : {1, 2}) {
+      SCOPED_TRACE(str_cat(fixture, " on ", np, " ranks"));
+      const std::string save = tmp.file(str_cat("out", k++));
+      std::vector<std::string> program = {GALE_BINARY};
+      program.insert(program.end(), tied.begin(), tied.end());
+      std::vector<std::string> extra = {"--bf16", "--load", megatron(fixture), "--save", save};
+      if (np == 2) extra.insert(extra.end(), {"--pipeline-model-parallel-size", "2"});
+      test::RunResult r = test::run_with_timeout(testing::launch_argv(np, program, extra), testing::kMpiEnv, 300);
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      const std::vector<double> loss = logged_values(r.output, "lm loss");
+      ASSERT_EQ(loss.size(), 1u) << r.output;
+      tied_loss.push_back(loss[0]);
+      auto from = read_megatron_checkpoint(megatron(fixture), kUnset, /*with_optimizer=*/true);
+      ASSERT_TRUE(from.ok()) << from.status().message();
+      expect_adamw_step(*from, save, fixture, 5000);  // no output layer: 5024 elements
+    }
+  ASSERT_EQ(tied_loss.size(), 4u);
+  EXPECT_EQ(tied_loss[2], tied_loss[0]);
+  EXPECT_NEAR(tied_loss[1], tied_loss[0], 1e-5 * tied_loss[0]);
+  EXPECT_NEAR(tied_loss[3], tied_loss[0], 1e-5 * tied_loss[0]);
 }
 
 // Tied embeddings at PP > 1 (tests/data/megatron/torch_dist_adam_{buckets,dp_zero}_tp2pp2_tied: the same state with the

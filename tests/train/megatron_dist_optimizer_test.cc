@@ -233,12 +233,13 @@ TEST(MegatronDistOptimizer, LionChainGivesTheReferencesState) {
 }
 
 TEST(MegatronDistOptimizerErrors, WhatIsNotReadIsNamedWithTheWayOut) {
-  // The torch format: refused before reading.
-  auto m = read_with_optimizer("tp1");
+  // The torch_dcp format: refused before reading (the torch format's state: megatron_torch_optimizer_test.cc).
+  auto m = read_with_optimizer("torch_dcp_tp1");
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(m.status().message().find("Megatron's optimizer state is read from torch_dist checkpoints only; this one "
-                                      "is in the torch format (not supported yet): pass --no-load-optim (or --finetune)"),
+  EXPECT_NE(m.status().message().find("Megatron's optimizer state is read from torch_dist and torch checkpoints only; "
+                                      "this one is in the torch_dcp format (not supported yet): pass --no-load-optim "
+                                      "(or --finetune)"),
             std::string::npos)
       << m.status().message();
   // A torch_dist checkpoint without optimizer state.
