@@ -1,7 +1,7 @@
 // --calculate-per-token-loss with MoE and MTP under data, tensor (with sequence parallelism),
 // pipeline and expert parallelism: on samples whose loss masks differ, every layout reproduces the
 // single-process per-token run (losses, grad norms, the logged load-balancing and MTP losses of 4
-// iterations, the final parameters and the gradients this rank owns). The routers' losses are
+// iterations, the final parameters and the gradients this rank owns, 1e-4). The routers' losses are
 // multiplied by their tokens T·|TP×CP| (under SP a TP rank's share of the sequence times TP: the
 // same as one process), the expert gradients summed over expert-DP like the others, and all divided
 // by the global batch's tokens. global_aux_loss (its counts summed over TP×DP×CP and averaged over
@@ -68,7 +68,10 @@ TEST_P(PerTokenMoeInvariance, MatchesSingleProcess) {
   const std::vector<std::string> model = testing::join({kFlags, global ? kGlobalAux : kAuxMtp});
   std::unique_ptr<testing::TestRun> reference = masked_run(model, make_self_communicator("world"));
   std::unique_ptr<testing::TestRun> run = masked_run(testing::join({model, layout->flags}), test::world());
-  EXPECT_GT(testing::expect_matches_reference(*run, *reference, kIters, 3e-5, "router"), 0);
+  // Gradients within 1e-4 relative: under TP2·SP an expert's GEMMs are split over the expert-TP
+  // group and sum in another order (3.8e-5 was measured on one masked expert's fc1 weight); a wrong
+  // factor or a missing reduction is O(1).
+  EXPECT_GT(testing::expect_matches_reference(*run, *reference, kIters, 1e-4, "router"), 0);
   for (int i = 0; i < kIters; ++i) {
     EXPECT_GT(reference->load_balancing_losses[i], 0.0);
     EXPECT_NEAR(run->load_balancing_losses[i], reference->load_balancing_losses[i],
