@@ -1,11 +1,11 @@
 // --calculate-per-token-loss with MoE and MTP under data, tensor (with sequence parallelism),
-// pipeline and expert parallelism: on samples whose loss masks differ, every layout reproduces the
+// pipeline, expert and context parallelism (CP without MTP, which refuses it): on samples whose loss masks differ, every layout reproduces the
 // single-process per-token run (losses, grad norms, the logged load-balancing and MTP losses of 4
 // iterations, the final parameters and the gradients this rank owns, 1e-4). The routers' losses are
 // multiplied by their tokens T·|TP×CP| (under SP a TP rank's share of the sequence times TP: the
 // same as one process), the expert gradients summed over expert-DP like the others, and all divided
 // by the global batch's tokens. global_aux_loss (its counts summed over TP×DP×CP and averaged over
-// the step's micro-batches: not DP-invariant, as in Megatron) runs the TP and PP layouts, also with
+// the step's micro-batches: not DP-invariant, as in Megatron) runs the TP, PP and CP layouts, also with
 // --recompute-modules moe.
 #include <gtest/gtest.h>
 
@@ -27,6 +27,7 @@ const std::vector<Layout>& layouts() {
       {"tp2_sp", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}},
       {"pp2", 2, {"--pipeline-model-parallel-size", "2"}},
       {"ep2", 2, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "alltoall"}},
+      {"cp2", 2, {"--context-parallel-size", "2"}},
       {"tp2_sp_recompute_moe", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel",
                                    "--recompute-granularity", "selective", "--recompute-modules", "moe"}},
   };
@@ -43,9 +44,10 @@ const std::vector<std::string> kFlags = testing::join(
       "--eval-iters", "0", "--clip-grad", "0.5", "--calculate-per-token-loss"},
      testing::kTinyLlama,
      {"--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "48", "--moe-z-loss-coeff", "0.01"}});
-const std::vector<std::string> kAuxMtp = {"--moe-router-load-balancing-type", "aux_loss", "seq_aux_loss",
-                                          "--moe-aux-loss-coeff", "0.1", "0.05", "--mtp-num-layers", "1",
-                                          "--mtp-loss-scaling-factor", "0.3"};
+const std::vector<std::string> kAux = {"--moe-router-load-balancing-type", "aux_loss", "seq_aux_loss",
+                                       "--moe-aux-loss-coeff", "0.1", "0.05"};
+const std::vector<std::string> kMtp = {"--mtp-num-layers", "1", "--mtp-loss-scaling-factor", "0.3"};
+const std::vector<std::string> kNone;
 const std::vector<std::string> kGlobalAux = {"--moe-router-load-balancing-type", "global_aux_loss",
                                              "--moe-aux-loss-coeff", "0.1"};
 
@@ -65,7 +67,9 @@ TEST_P(PerTokenMoeInvariance, MatchesSingleProcess) {
   ASSERT_NE(layout, nullptr);
   if (layout->world != test::world()->size()) GTEST_SKIP() << name << " needs " << layout->world << " ranks";
   if (global && (name == "dp2" || name == "ep2")) GTEST_SKIP() << "global_aux_loss is not DP-invariant";
-  const std::vector<std::string> model = testing::join({kFlags, global ? kGlobalAux : kAuxMtp});
+  // MTP with CP is refused (as Megatron): cp2 runs the losses without it.
+  const std::vector<std::string> model =
+      global ? testing::join({kFlags, kGlobalAux}) : testing::join({kFlags, kAux, name == "cp2" ? kNone : kMtp});
   std::unique_ptr<testing::TestRun> reference = masked_run(model, make_self_communicator("world"));
   std::unique_ptr<testing::TestRun> run = masked_run(testing::join({model, layout->flags}), test::world());
   // Gradients within 1e-4 relative: under TP2·SP an expert's GEMMs are split over the expert-TP
