@@ -282,6 +282,8 @@ void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training, KvC
   rt.moe_token_counts = training ? &moe_token_counts_ : nullptr;
   rt.max_attention_logits = c.track_max_attention_logit ? &max_attention_logits_ : nullptr;
   rt.moe_aux_scale = static_cast<double>(grad_scale_) / static_cast<double>(std::max<int64_t>(1, num_microbatches_));
+  rt.per_token_loss = per_token_loss_;
+  rt.moe_router_aux_scale = per_token_loss_ ? static_cast<double>(grad_scale_) : rt.moe_aux_scale;
   const int64_t tp = part_.tp_size();
   // Context parallelism: S is this rank's share of the sequence; positions are global.
   const int64_t S_global = st.mb.global_length();
@@ -733,8 +735,15 @@ void GPTModel::mtp_forward(State& st, const Tensor& h0) {
   std::vector<int32_t> tokens = st.tokens_sb, positions = st.positions_sb, labels = st.labels_sb;
   std::vector<float> mask = st.mask_sb;
   // MTPLossAutoScaler: each MTP loss's gradient is the main loss's backward scale (the --fp16 loss
-  // scale / micro-batches) times mtp_loss_scaling_factor / D / max(1, Σ mask_k).
-  const double backward_scale = static_cast<double>(grad_scale_) / static_cast<double>(std::max<int64_t>(1, num_microbatches_));
+  // scale / micro-batches) times mtp_loss_scaling_factor / D / max(1, Σ mask_k). With
+  // --calculate-per-token-loss (Megatron's process_mtp_loss in that mode) the scale is the --fp16
+  // loss scale alone and the sum is multiplied by Σ mask / max(1, Σ mask_k) (this rank's mask
+  // before and after the k-th roll), finalize_model_grads dividing by the global batch's tokens.
+  const double backward_scale =
+      per_token_loss_ ? static_cast<double>(grad_scale_)
+                      : static_cast<double>(grad_scale_) / static_cast<double>(std::max<int64_t>(1, num_microbatches_));
+  double original_tokens = 0.0;
+  for (float v : st.mask_sb) original_tokens += v;
   st.mtp.resize(static_cast<size_t>(D));
   Tensor h = h0;
   for (int64_t k = 0; k < D; ++k) {
@@ -766,7 +775,7 @@ void GPTModel::mtp_forward(State& st, const Tensor& h0) {
     m.y_full = times(sp ? gather_from_sequence_parallel_region(hk, tp) : copy_to_tp_region(hk, tp),
                      c.mup.output_mult);  // --use-mup: Megatron scales the MTP logits too
     m.dloss_scale = static_cast<float>(c.mtp_loss_scaling_factor / static_cast<double>(D) / std::max(1.0, n) *
-                                       backward_scale);
+                                       (per_token_loss_ ? original_tokens : 1.0) * backward_scale);
     const double loss_sum =
         output_loss_forward(m.y_full, labels, mask, num_microbatches_ > 0 ? m.dloss_scale : 0.0f, &m.lse, &m.head_saved);
     mtp_losses_[static_cast<size_t>(k)] += n > 0.0 ? loss_sum / n : 0.0;

@@ -58,6 +58,12 @@ struct LayerRuntime {
   // MoEAuxLossAutoScaler scale: the --fp16 loss scale / num_microbatches, without --fp16 1 / num_microbatches).
   MoeAuxLosses* moe_losses = nullptr;
   double moe_aux_scale = 1.0;
+  // --calculate-per-token-loss: the MoE routers' scale is the --fp16 loss scale alone (Megatron's
+  // forward_step sets MoEAuxLossAutoScaler to it in that mode, without 1 / num_microbatches) and each
+  // router multiplies its losses by its tokens T·|TP×CP| (model/moe_router.h); moe_aux_scale keeps
+  // the default mode's value for the DSA indexer loss.
+  bool per_token_loss = false;
+  double moe_router_aux_scale = 1.0;
   // DSA layers (--experimental-attention-variant dsa): the same forwards add their indexer loss
   // (coefficient included) here (null: not collected); backward scales its gradient by moe_aux_scale.
   double* dsa_indexer_loss = nullptr;

@@ -348,6 +348,7 @@ MoeRouting moe_router_forward(const ModelConfig& c, const OpTable& ops, const Pa
   MoeGlobalAux* global = nullptr;
   for (int kind = 0; kind < kMoeAuxKinds; ++kind) {
     MoeRouterSaved::AuxTerm term;
+    term.kind = kind;
     term.coeff = m.aux_coeff(kind);
     if (!(term.coeff > 0.0)) continue;
     if (kind == kMoeGlobalAux) {
@@ -359,11 +360,17 @@ MoeRouting moe_router_forward(const ModelConfig& c, const OpTable& ops, const Pa
     term.groups = kind == kMoeSeqAux ? batch : 1;
     const int64_t G = term.groups;
     GALE_CHECK_EQ(T % G, 0) << "seq_aux_loss: " << T << " tokens are not " << G << " sequences";
-    std::vector<int64_t> counts(static_cast<size_t>(G * E), 0);
-    for (int64_t i = 0; i < T * k; ++i) ++counts[((i / k) % G) * E + aux_top[i]];
-    if (parts > 1) group->all_reduce(counts.data(), G * E, DType::kI64, ReduceOp::kSum);
-    term.counts.assign(counts.begin(), counts.end());
-    if (kind == kMoeGlobalAux) {
+    const bool rerun_global = kind == kMoeGlobalAux && key.global_aux_counts;
+    if (rerun_global) {  // --recompute-modules moe: the n̄ of its forward
+      GALE_CHECK_EQ(static_cast<int64_t>(key.global_aux_counts->size()), E) << "global_aux_loss rerun counts";
+      term.counts = *key.global_aux_counts;
+    } else {
+      std::vector<int64_t> counts(static_cast<size_t>(G * E), 0);
+      for (int64_t i = 0; i < T * k; ++i) ++counts[((i / k) % G) * E + aux_top[i]];
+      if (parts > 1) group->all_reduce(counts.data(), G * E, DType::kI64, ReduceOp::kSum);
+      term.counts.assign(counts.begin(), counts.end());
+    }
+    if (kind == kMoeGlobalAux && !rerun_global) {
       GALE_CHECK(losses) << "global_aux_loss: a rerun of the router without its forward's token counts";
       for (int64_t e = 0; e < E; ++e) global->counts[e] += term.counts[e];
       ++global->micro_batches;
@@ -413,6 +420,8 @@ Tensor moe_router_backward(const ModelConfig& c, const OpTable& ops, ParamBuffer
   const MoeConfig& m = c.moe;
   const Scoring how = scoring(m);
   const int64_t T = x.size(0), E = m.num_experts, k = m.topk;
+  // --calculate-per-token-loss: every loss times this router's tokens over the sequence group
+  if (s.key.per_token_loss) aux_scale *= static_cast<double>(s.z_tokens);
   // ∂(Σ coeff · loss)/∂p_t,e = Σ over the load-balancing terms of factor · n_(t mod G),e
   std::vector<double> aux_factor;
   for (const MoeRouterSaved::AuxTerm& a : s.aux) {

@@ -54,9 +54,13 @@
 //                 layer balances the global batch. The loss logged is summed over the group (each
 //                 DP replica's share of it: Megatron's global_load_balancing_loss, no DP average).
 //                 Counted once per micro-batch: by the forward that keeps state for backward and
-//                 reports losses (a full-layer recompute's rerun, not its first pass; a
-//                 --recompute-modules moe rerun is refused by the arguments);
+//                 reports losses (a full-layer recompute's rerun, not its first pass); a
+//                 --recompute-modules moe rerun takes the n̄ its forward used
+//                 (MoeRouterKey::global_aux_counts) and counts nothing;
 //   z-loss:       z = Σ_t logsumexp(l_t)² / N.
+// --calculate-per-token-loss (MoeRouterKey::per_token_loss): backward's scale of every one of these
+// losses is multiplied by T·|seq| (Megatron: num_local_tokens · tp_cp_group.size()); the losses
+// reported are unchanged.
 // The expert-bias counts are the kept (token, expert) pairs per expert (after dropping).
 // --moe-router-force-load-balancing (Megatron's apply_random_logits, for benchmarking a balanced
 // load): right after the router GEMM the logits l [T, E] are replaced by random ones,
@@ -146,6 +150,15 @@ struct MoeRouterKey {
   int64_t layer = 0;
   const int64_t* row_ids = nullptr;
   bool training = true;
+  // --calculate-per-token-loss (Megatron's attach_and_log_load_balancing_loss and apply_z_loss in
+  // that mode): backward multiplies every auxiliary loss (load-balancing kinds and z-loss) by the
+  // router's tokens T·|seq| before the scale, so that finalize_model_grads' division by the global
+  // batch's loss tokens leaves them weighted 1 / (micro-batches · DP) as in the default mode.
+  bool per_token_loss = false;
+  // A --recompute-modules moe rerun under global_aux_loss: the averaged counts n̄ [E] its forward
+  // used (MoeRouterSaved::AuxTerm::counts of that term); the rerun takes them instead of counting
+  // and leaves MoeGlobalAux as it is (null: an ordinary forward).
+  const std::vector<double>* global_aux_counts = nullptr;
 };
 
 // --moe-router-force-load-balancing's logit of token id `id` (the global token id, as the jitter's)
@@ -176,6 +189,7 @@ struct MoeRouterSaved {
   // One entry per load-balancing loss that is on (aux_loss, seq_aux_loss, global_aux_loss, in
   // that order): what its gradient needs.
   struct AuxTerm {
+    int kind = 0;                // MoeAuxKind
     double coeff = 0.0;          // its --moe-aux-loss-coeff
     std::vector<double> counts;  // [G·E] tokens per expert of the aux top-k over its group (G = B
                                  // sequences under seq_aux_loss, else 1; global_aux_loss: n̄)

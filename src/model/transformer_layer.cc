@@ -188,7 +188,9 @@ Tensor activation_forward(const LayerRuntime& rt, float* u, const float* bias, i
 
 // The MoE router's key of global layer `layer`: its input jitter's and training (model/moe_router.h).
 MoeRouterKey moe_router_key(const LayerRuntime& rt, int64_t layer) {
-  return MoeRouterKey{layer, rt.hidden_row_ids.empty() ? nullptr : rt.hidden_row_ids.data(), rt.training};
+  MoeRouterKey key{layer, rt.hidden_row_ids.empty() ? nullptr : rt.hidden_row_ids.data(), rt.training};
+  key.per_token_loss = rt.per_token_loss;
+  return key;
 }
 
 // Whether layer `layer` of this chunk recomputes what `plan_layers` (a RecomputePlan count) names.
@@ -595,6 +597,9 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
         w.shared.defined() && overlaps_shared_expert(rt) ? std::function<void()>(run_shared) : nullptr;
     fc2 = moe_forward(c, ops, pb, w.moe, norm2_out, moe_saved, &aux, part.ep, part.ep_allgather, part.etp,
                       part.moe_seq, B, overlap, moe_router_key(rt, layer), zero_memory, part.ep_hot_groups);
+    if (saved && rerun_moe)  // global_aux_loss: the rerun needs the n̄ this forward used
+      for (const MoeRouterSaved::AuxTerm& term : moe_dropped.router.aux)
+        if (term.kind == kMoeGlobalAux) saved->moe_global_aux_counts = term.counts;
     if (saved && rt.moe_losses) {
       for (int kind = 0; kind < kMoeAuxKinds; ++kind) rt.moe_losses->balancing(kind) += aux.balancing(kind);
       rt.moe_losses->z += aux.z;
@@ -683,8 +688,10 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
       if (!s.moe.x.defined()) {  // --recompute-modules moe: rerun it (no aux losses or counts: forward's)
         FlopCountRecompute recompute;  // --op-cal-tflops: counted with recompute only
         GALE_CHECK(s.mlp_in.defined()) << "layer " << layer << ": MoE backward without the MoE's input";
+        MoeRouterKey key = moe_router_key(rt, layer);
+        if (!s.moe_global_aux_counts.empty()) key.global_aux_counts = &s.moe_global_aux_counts;
         moe_forward(c, ops, pb, w.moe, s.mlp_in, &s.moe, nullptr, part.ep, part.ep_allgather, part.etp, part.moe_seq,
-                    B, nullptr, moe_router_key(rt, layer), moe_zero_memory(rt, layer), part.ep_hot_groups);
+                    B, nullptr, key, moe_zero_memory(rt, layer), part.ep_hot_groups);
       }
       Tensor d_shared;  // --moe-shared-expert-overlap / --moe-alltoall-overlap-comm: during the gradients' dispatch
       const auto run_shared = [&] {
@@ -695,7 +702,7 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
         }
         d_shared = shared_expert_backward(c, ops, pb, w.shared, part, s.shared, d_fc2, rt.weight_grads);
       };
-      d_norm2 = moe_backward(c, ops, pb, w.moe, s.moe, d_fc2, rt.moe_aux_scale, part.ep, part.etp,
+      d_norm2 = moe_backward(c, ops, pb, w.moe, s.moe, d_fc2, rt.moe_router_aux_scale, part.ep, part.etp,
                              w.shared.defined() && overlaps_shared_expert(rt) ? std::function<void()>(run_shared)
                                                                               : nullptr,
                              rt.weight_grads);

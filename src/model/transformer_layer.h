@@ -100,6 +100,8 @@ struct LayerSaved {
   Tensor fc1_out;      // [T, Fl or 2·Fl], bias included (the activation's input)
   Tensor act;          // [T, Fl]
   MoeSaved moe;        // MoE layers: the router's and experts' state (fc1_out and act stay undefined)
+  std::vector<double> moe_global_aux_counts;  // --recompute-modules moe with global_aux_loss: the n̄ [E]
+                                              // forward used, for the rerun (MoeRouterKey)
   SharedExpertSaved shared;  // MoE layers with a shared expert
   Tensor lora_qkv_u, lora_proj_u, lora_fc1_u, lora_fc2_u;  // x·Aᵀ [T, r] of each adapted linear
   MambaLayerSaved mamba;  // a Mamba layer's state (every other field stays undefined)

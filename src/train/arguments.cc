@@ -952,13 +952,6 @@ Status validate_training_args(Arguments& a, const ArgParser& p) {
       return InvalidArgument("--iterations-to-skip: expected integers (iterations counted from 0), found '", v, "'");
     t.iterations_to_skip.push_back(std::stoll(v));
   }
-  if (t.calculate_per_token_loss && a.moe.num_experts > 0)
-    return Unimplemented("--calculate-per-token-loss with --num-experts ", a.moe.num_experts,
-                         ": not supported yet (Megatron rescales the MoE auxiliary losses by the local token count "
-                         "in that mode)");
-  if (t.calculate_per_token_loss && a.model.mtp_num_layers != kUnset)
-    return Unimplemented("--calculate-per-token-loss with --mtp-num-layers ", a.model.mtp_num_layers,
-                         ": not supported yet (Megatron sums the MTP losses instead of averaging them in that mode)");
   bool iters = t.train_iters != kUnset, samples = t.train_samples != kUnset;
   if (iters == samples) return InvalidArgument("give exactly one of --train-iters and --train-samples");
   if (iters) {

@@ -334,9 +334,6 @@ Status validate_moe_recompute_modules(const Arguments& a) {
                            "grouped GEMM), found it off");
   if (has("shared_experts") && a.moe.moe_shared_expert_intermediate_size != kUnset && a.moe.moe_shared_expert_overlap)
     return InvalidArgument("--recompute-modules shared_experts: cannot work with --moe-shared-expert-overlap, found both");
-  if (has("moe") && a.moe.uses_load_balancing_type("global_aux_loss"))
-    return Unimplemented("--recompute-modules moe with --moe-router-load-balancing-type global_aux_loss: not supported "
-                         "yet (the rerun would need the token counts the step had reached at its forward)");
   return Status::Ok();
 }
 

@@ -456,7 +456,8 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
       // Megatron: 1/(DP·CP) with the loss scaled by CP; Gale does not scale the loss by CP, so
       // 1/DP: each expert's gradient sums the EP group's tokens (CP ranks' chunks included), the
       // expert-DP sum covers the remaining replicas.
-      ec.grad_scale = 1.0 / static_cast<double>(engine->ps.dp_size());
+      // --calculate-per-token-loss: summed, divided by the tokens after (Megatron's factor 1).
+      ec.grad_scale = args.training.calculate_per_token_loss ? 1.0 : 1.0 / static_cast<double>(engine->ps.dp_size());
       ec.all_gather_group = expert_all_gather_group;
       ec.bucket_size = chunk_bucket_size(par.overlap_grad_reduce, engine->ps.coords().pp, vp,
                                          engine->ps.expert_dp()->size(), options.ddp_bucket_size,
