@@ -328,7 +328,7 @@ TEST(HybridArguments, LayerPatternStagesAsMegatronMain) {
 
 // MTP depths after '/': Megatron main infers --mtp-num-layers from them (a warning when it was given
 // otherwise, the pattern's count wins); a hybrid model's --mtp-num-layers needs them (Megatron would
-// build no MTP layers); the depths' layers are M, * and -; no context parallelism (as GPT's MTP).
+// build no MTP layers); the depths' layers: tests/train/arguments_hybrid_mtp_test.cc; no context parallelism (as GPT's MTP).
 TEST(HybridArguments, LayerPatternMtpDepthsGiveTheMtpLayers) {
   testing::PretrainCli cli;
   const Status s = cli.parse_minimal(layer_pattern("M*M*/M-*/M-*", {}));
@@ -350,11 +350,6 @@ TEST(HybridArguments, LayerPatternMtpDepthsGiveTheMtpLayers) {
             "--mtp-num-layers 2 with --is-hybrid-model: expected the MTP layers' pattern after '/' in "
             "--hybrid-layer-pattern (e.g. 'M*M*/MM/MM': 2 depths of 'MM'), found none in 'M*M*' (Megatron would build "
             "no MTP layers)"},
-           {{"--is-hybrid-model", "--hybrid-layer-pattern", "ME/ME", "--mamba-head-dim", "16", "--mamba-num-groups",
-             "2", "--num-experts", "4", "--moe-router-topk", "2"},
-            1,
-            "--hybrid-layer-pattern 'ME/ME': the 'E' layers of the multi-token-prediction block 'ME': not supported "
-            "yet (an MTP depth holds M, * and - layers)"},
            {layer_pattern("M*/M*", {"--context-parallel-size", "2"}), 2,
             "--mtp-num-layers with --context-parallel-size 2: Megatron does not support multi-token prediction with "
             "context parallelism (expected --context-parallel-size 1)"}})
