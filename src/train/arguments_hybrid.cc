@@ -185,16 +185,14 @@ namespace {
 
 // Context parallelism of the Mamba layers (model/mamba_context_parallel.h; Megatron's
 // MambaContextParallel asserts): each TP×CP rank holds whole heads, and whole groups or a share of
-// one group's heads; the all-to-all moves Megatron's load-balanced chunks, not an adaptive layout.
+// one group's heads; the all-to-all moves Megatron's load-balanced chunks or an adaptive layout's positions.
 Status check_hybrid_context_parallel(const Arguments& a) {
   const ParallelArgs& par = a.parallel;
   const ModelArgs& m = a.model;
   const int64_t cp = par.context_parallel_size, tp = par.tensor_model_parallel_size;
   if (cp <= 1) return Status::Ok();
-  if (par.adaptive_cp)
-    return Unimplemented("--context-parallel-algo adaptive_cp_algo or hybrid_adaptive_cp_algo with --is-hybrid-model: "
-                         "not supported yet (the Mamba layers' all-to-all needs Megatron's load-balanced sequence "
-                         "split; use megatron_cp_algo, kvallgather_cp_algo, ulysses_cp_algo or hybrid_cp_algo)");
+  // adaptive_cp_algo / hybrid_adaptive_cp_algo: the all-to-alls place each position by the
+  // micro-batch's layout (ContextSplit::global_position), so the Mamba layers take any layout.
   const int64_t heads = 2 * m.hidden_size / m.mamba_head_dim, heads_tp = heads / tp, groups_tp = m.mamba_num_groups / tp;
   if (heads_tp % cp != 0)
     return InvalidArgument("--context-parallel-size: expected a divisor of the Mamba mixer's heads per tensor-parallel "
