@@ -292,7 +292,8 @@ Status validate_hybrid_args(const Arguments& a, const ArgParser& p) {
         "--recompute-in-advance", "--recompute-in-bubble", "--moe-fb-overlap", "--use-custom-fsdp",
         "--use-torch-fsdp2", "--layerzero", "--auto-parallel", "--auto-settings", "--dist-train", "--fp8-format"})
     if (p.was_set(flag)) return Unimplemented("--is-hybrid-model with ", flag, ": not supported yet");
-  if (a.dpo.stage == "dpo") return Unimplemented("--is-hybrid-model with --stage dpo: not supported yet");
+  // --stage dpo: the reference model copies the policy's config, its Mamba layers included
+  // (train/pretrain.cc).
   return Status::Ok();
 }
 
