@@ -90,6 +90,32 @@ INSTANTIATE_TEST_SUITE_P(Layouts, HybridSharedGroupsInvariance,
                                            SharedGroups{"tp2_cp2_sp", "2"}),
                          [](const auto& info) { return info.param.layout + "_groups" + info.param.groups; });
 
+// Adaptive CP on documents (--reset-attention-mask, a layout per micro-batch): the planner moves
+// units of the sequence between ranks, so a rank's positions are not Megatron's two chunks and the
+// Mamba layers' all-to-alls must place every position by the layout (the causal layouts above are
+// whole chunks). CP 2 and CP 4 against the single-process run of the same documents.
+const std::vector<Layout>& document_layouts() {
+  static const std::vector<Layout> all = {
+      {"cp2_adaptive_documents", 2, {"--context-parallel-size", "2", "--context-parallel-algo", "adaptive_cp_algo",
+                                     "--adaptive-cp-dynamic-attn-mask"}},
+      {"cp4_adaptive_documents", 4, {"--context-parallel-size", "4", "--context-parallel-algo", "adaptive_cp_algo",
+                                     "--adaptive-cp-dynamic-attn-mask"}},
+  };
+  return all;
+}
+
+class HybridAdaptiveDocumentsInvariance : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HybridAdaptiveDocumentsInvariance, MatchesSingleProcess) {
+  std::vector<std::string> model = kHybrid;
+  model.push_back("--reset-attention-mask");
+  testing::expect_layout_matches_single_process(document_layouts(), GetParam(), model, 3e-5, "mixer.in_proj.weight");
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, HybridAdaptiveDocumentsInvariance,
+                         ::testing::ValuesIn(testing::layout_names(document_layouts())),
+                         [](const auto& info) { return info.param; });
+
 INSTANTIATE_TEST_SUITE_P(Layouts, HybridInvariance,
                          ::testing::Combine(::testing::ValuesIn(testing::layout_names(layouts())), ::testing::Bool()),
                          [](const auto& info) {

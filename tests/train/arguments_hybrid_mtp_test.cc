@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "pretrain_cli.h"
+#include "train/model_setup.h"
 
 namespace gale {
 namespace {
@@ -46,6 +47,24 @@ TEST(HybridMtpArguments, EveryBuiltSymbolIsAnMtpLayer) {
   ASSERT_TRUE(s.ok()) << s.to_string();
   EXPECT_TRUE(mla.args.model.multi_latent_attention);
   EXPECT_EQ(mla.args.model.mtp_num_layers, 2);
+}
+
+// The model's config: the MTP depths' 'G' and 'E' layers get the GDN mixer and the experts (global
+// layers 4.. after the decoder's "M*M*"), also when the decoder has none of them.
+TEST(HybridMtpArguments, ModelConfigBuildsTheDepthsLayers) {
+  testing::PretrainCli gdn;
+  ASSERT_TRUE(gdn.parse_minimal(layer_pattern("M*M*/GM/GM", kGdn)).ok());
+  gdn.args.model.padded_vocab_size = 128;  // what data setup sets from the tokenizer
+  const ModelConfig g = model_config_from_args(gdn.args);
+  EXPECT_EQ(g.hybrid.mtp, "GM");
+  EXPECT_TRUE(g.gdn.enabled);
+  EXPECT_EQ(g.gdn.pattern, (std::vector<int>{0, 0, 0, 0, 1, 0, 1, 0}));
+  testing::PretrainCli moe;
+  ASSERT_TRUE(moe.parse_minimal(layer_pattern("M*M*/ME", kMoe)).ok());
+  moe.args.model.padded_vocab_size = 128;
+  const ModelConfig e = model_config_from_args(moe.args);
+  EXPECT_EQ(e.moe.pattern, (std::vector<int>{0, 0, 0, 0, 0, 1}));
+  EXPECT_EQ(e.num_moe_layers(), 1);
 }
 
 TEST(HybridMtpArguments, MtpLayersAreCheckedWithTheDecoders) {
