@@ -25,8 +25,17 @@ std::vector<T> slice_rows(const std::vector<T>& in, int64_t B, int64_t S, const 
 // Moves whole chunks between the rank-major order of a collective's buffer ([N, S_local·B, W]:
 // rank r's local rows) and global position order ([S_global·B, W]). `to_global` picks the direction.
 void permute_chunks(const ContextSplit& split, int64_t B, int64_t W, const float* src, float* dst, bool to_global) {
-  GALE_CHECK(!split.layout) << "the all-gather and Ulysses exchanges move Megatron's chunks, not an adaptive layout";
-  const int64_t C = split.chunk_length(), Tl = split.local_length() * B, rows = C * B;
+  const int64_t Tl = split.local_length() * B;
+  if (split.layout) {  // adaptive_cp_algo: any positions per rank, moved one position (B rows) at a time
+    for (int64_t r = 0; r < split.cp_size; ++r)
+      for (int64_t s = 0; s < split.local_length(); ++s) {
+        const int64_t local = r * Tl + s * B, global = split.global_position(s, r) * B;
+        std::memcpy(dst + (to_global ? global : local) * W, src + (to_global ? local : global) * W,
+                    static_cast<size_t>(B * W) * sizeof(float));
+      }
+    return;
+  }
+  const int64_t C = split.chunk_length(), rows = C * B;
   for (int64_t r = 0; r < split.cp_size; ++r)
     for (int64_t h = 0; h < 2; ++h) {
       const int64_t local = r * Tl + h * rows;                     // row in the rank-major buffer

@@ -52,7 +52,8 @@ void reduce_scatter_context_kv_grad(Communicator& cp, const ContextSplit& split,
 // (whole KV groups of a packed QKV row, or whole heads of attention's output).
 //
 // ulysses_seq_to_heads: x [S_local·B, W] of this rank's positions -> [S_global·B, W/cp], block
-// cp_rank of the columns for every position of the sequence, in global position order.
+// cp_rank of the columns for every position of the sequence, in global position order (each rank's
+// positions from `split`: Megatron's chunks, or an adaptive layout's, as the Mamba mixer's uses).
 // ulysses_heads_to_seq: its inverse, [S_global·B, W/cp] -> [S_local·B, W]. Both are
 // permutations, so each is the other's backward.
 Tensor ulysses_seq_to_heads(Communicator& cp, const ContextSplit& split, int64_t B, const Tensor& x);

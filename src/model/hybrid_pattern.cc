@@ -84,6 +84,15 @@ int64_t hybrid_pattern_mtp_depths(const std::string& text) {
   return p.ok() ? p->mtp_depths : 0;
 }
 
+std::string hybrid_pattern_mtp_layers(const std::string& text) {
+  if (text.find(kHybridMtpSeparator) == std::string::npos) return "";
+  StatusOr<HybridLayerPattern> p = parse_hybrid_layer_pattern(text, "");
+  std::string all;
+  if (p.ok())
+    for (int64_t k = 0; k < p->mtp_depths; ++k) all += p->mtp;
+  return all;
+}
+
 StatusOr<std::vector<std::vector<int64_t>>> hybrid_pattern_stage_layers(const HybridLayerPattern& pattern, int64_t pp,
                                                                         const std::string& flag) {
   const int64_t segments = static_cast<int64_t>(pattern.stages.size());

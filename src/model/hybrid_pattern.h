@@ -50,6 +50,10 @@ std::string hybrid_pattern_layers(const std::string& text);
 // The MTP depths of `text` (its "/<mtp>" blocks; 0 without any, or when `text` does not parse).
 int64_t hybrid_pattern_mtp_depths(const std::string& text);
 
+// The symbols of all MTP depths of `text`, depth after depth (global layer order after the
+// decoder's; "" without MTP, or when `text` does not parse).
+std::string hybrid_pattern_mtp_layers(const std::string& text);
+
 // The decoder layers of every [pipeline rank][virtual stage] for `pp` pipeline ranks, from the
 // segments of a pattern holding '|' (Megatron's select_pipeline_segment): segment k = v·PP + r is
 // virtual stage v of rank r, so the segment count must be a multiple of `pp` (Megatron's error

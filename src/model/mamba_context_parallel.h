@@ -1,7 +1,8 @@
 // Context parallelism of the Mamba mixer (Megatron-Core's MambaContextParallel): the all-to-alls between the sequence split and a head split, and each cp rank's slice of the mixer's small parameters.
 //
 // Under --context-parallel-size CP the mixer's input holds this cp rank's positions of every
-// sequence (parallel/context_split.h: the load-balanced chunks r and 2·CP−1−r). The convolution and
+// sequence (parallel/context_split.h: the load-balanced chunks r and 2·CP−1−r, or under
+// adaptive_cp_algo the positions of the micro-batch's layout, parallel/cp_layout.h). The convolution and
 // the scan run along whole sequences, so right after in_proj an all-to-all over the cp group trades
 // the sequence split for a split of this TP rank's heads (mamba_cp_seq_to_heads): cp rank j receives
 // every position of the sequence, in global position order (the load balancing undone), of its

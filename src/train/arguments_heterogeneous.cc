@@ -82,15 +82,21 @@ Status validate_heterogeneous_args(Arguments& a, const ArgParser& p) {
                              "parallelism (degree ", ulysses, ") needs the layer's ", per_rank,
                              " query groups per TP rank to be a multiple of the degree or to divide it");
   }
-  // MoE: Megatron's gpt_builder picks the MoE decoder block spec ahead of the heterogeneous one, and
-  // its TransformerBlock then applies each layer's query groups and FFN size (a dense layer's;
-  // MoE layers keep --moe-ffn-hidden-size), but builds every attention and MLP: no_op and
-  // replace_with_linear entries would be silently dropped, so Gale refuses them.
-  if (par.expert_model_parallel_size > 1 || a.moe.enabled())
+  // MoE and --experimental-attention-variant gdn: Megatron's gpt_builder picks the experimental-
+  // attention block spec, then the MoE decoder block spec, ahead of the heterogeneous one, and its
+  // TransformerBlock then applies each layer's query groups (to the full-attention layers; a GDN
+  // mixer is sized by the --linear-* flags) and FFN size (a dense layer's; MoE layers keep
+  // --moe-ffn-hidden-size), but builds every attention and MLP: no_op and replace_with_linear
+  // entries would be silently dropped, so Gale refuses them. (DSA needs MLA, refused below.)
+  const bool variant = !m.experimental_attention_variant.empty();
+  if (par.expert_model_parallel_size > 1 || a.moe.enabled() || variant)
     for (size_t i = 0; i < layers.size(); ++i)
       if (layers[i].attention != SubBlock::kBlock || layers[i].mlp != SubBlock::kBlock)
-        return InvalidArgument(source, ": block_configs[", i, "]: with --num-experts Megatron builds its MoE decoder "
-                               "block spec instead of the heterogeneous one, which has no no_op or replace_with_linear "
+        return InvalidArgument(source, ": block_configs[", i, "]: with ",
+                               variant ? "--experimental-attention-variant " + m.experimental_attention_variant
+                                       : std::string("--num-experts"),
+                               " Megatron builds its ", variant ? "experimental-attention" : "MoE decoder",
+                               " block spec instead of the heterogeneous one, which has no no_op or replace_with_linear "
                                "sub-blocks: expected only per-layer query groups and FFN sizes, found a ",
                                layers[i].attention != SubBlock::kBlock ? "attention" : "ffn", " that is ",
                                (layers[i].attention != SubBlock::kBlock ? layers[i].attention : layers[i].mlp) ==
@@ -104,11 +110,8 @@ Status validate_heterogeneous_args(Arguments& a, const ArgParser& p) {
   if (m.is_hybrid_model)
     return InvalidArgument(source, " with --is-hybrid-model: Megatron's hybrid (Mamba) model builds its layers from "
                            "--hybrid-layer-pattern and never reads block_configs");
-  if (!m.experimental_attention_variant.empty())
-    return Unimplemented(source, " with --experimental-attention-variant ", m.experimental_attention_variant,
-                         ": not supported yet (Megatron's gpt_builder builds the experimental-attention block spec "
-                         "instead of the heterogeneous one, so no_op and replace_with_linear are never built there; "
-                         "per-layer query groups in those layers are not implemented in Gale)");
+  // --experimental-attention-variant gdn (checked above): the GDN layers as the flags size them,
+  // the full-attention layers with their own query groups, every layer its own FFN size.
   // --mtp-num-layers: as Megatron's gpt_builder, each MTP layer is the usual decoder layer with the
   // flags' query groups and FFN size (model/gpt_model.cc registers it past block_configs' layers).
   // What the heterogeneous layers do not handle yet.

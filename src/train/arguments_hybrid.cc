@@ -6,6 +6,18 @@
 
 namespace gale {
 
+namespace {
+
+// Megatron main's deprecated --mtp-hybrid-override-pattern ("": None). It lives only between the
+// command line and resolve_hybrid_layer_pattern, which folds it into the pattern's '/' depths, so it
+// is kept here rather than in ModelArgs: each parser's registration (add_hybrid_args) clears it.
+std::string& legacy_mtp_pattern() {
+  static std::string pattern;
+  return pattern;
+}
+
+}  // namespace
+
 void add_hybrid_args(ArgParser& p, ModelArgs& a) {
   p.group("hybrid Mamba model");
   p.add_flag("--is-hybrid-model", &a.is_hybrid_model,
@@ -25,7 +37,11 @@ void add_hybrid_args(ArgParser& p, ModelArgs& a) {
         "Megatron main's name of --hybrid-override-pattern (deprecated there): the layers' symbols, --num-layers "
         "their count; '|' between pipeline stages (segment k on rank k mod --pipeline-model-parallel-size, virtual stage k / PP: "
         "interleaved when there are more segments than ranks), '/' before "
-        "each multi-token-prediction depth's layers (M, * and -; --mtp-num-layers their count)");
+        "each multi-token-prediction depth's layers (any symbol but '|' and D; --mtp-num-layers their count)");
+  legacy_mtp_pattern().clear();
+  p.add("--mtp-hybrid-override-pattern", &legacy_mtp_pattern(),
+        "deprecated in Megatron main (kept for old checkpoints): one multi-token-prediction depth's layer symbols; "
+        "with --mtp-num-layers N and a pattern without '/', the pattern becomes '<pattern>/<this>' repeated N times");
   p.add("--mamba-state-dim", &a.mamba_state_dim, "the Mamba mixer's state size d_state (N)");
   p.add("--mamba-head-dim", &a.mamba_head_dim, "the Mamba mixer's head dimension (P)");
   p.add("--mamba-num-groups", &a.mamba_num_groups, "the Mamba mixer's groups of B and C (G)");
@@ -69,15 +85,51 @@ Status check_pattern_pipeline_flags(const ParallelArgs& par, const std::string& 
 
 }  // namespace
 
+namespace {
+
+// Megatron main's backward compatibility for --mtp-hybrid-override-pattern (arguments.py): with
+// --mtp-num-layers N > 0 and a pattern without '/', the pattern becomes "<main>/<mtp>" with N
+// depths; otherwise the flag is ignored (a GPT model's MTP layers repeat the decoder's layer).
+Status convert_legacy_mtp_pattern(ModelArgs& m) {
+  const std::string mtp = legacy_mtp_pattern();
+  if (mtp.empty()) return Status::Ok();
+  warn_rank0("--mtp-hybrid-override-pattern is deprecated. For new hybrid models with MTP, use unified "
+             "--hybrid-layer-pattern instead. Example: 'M*M*/MM/MM' means main='M*M*', MTP pattern='MM' with 2 "
+             "depths. This argument is kept only for loading old checkpoints.");
+  if (!m.is_hybrid_model) {
+    warn_rank0("--mtp-hybrid-override-pattern is for Mamba/hybrid models only. For GPT models, MTP replicates the "
+               "main transformer layer structure. This argument will be ignored.");
+    return Status::Ok();
+  }
+  if (m.mtp_num_layers == kUnset || m.mtp_num_layers <= 0 ||
+      m.hybrid_override_pattern.find(kHybridMtpSeparator) != std::string::npos)
+    return Status::Ok();
+  // Megatron would join an absent main pattern as "" (a model of no layers); Gale asks for it.
+  if (m.hybrid_override_pattern.empty())
+    return InvalidArgument("--mtp-hybrid-override-pattern '", mtp, "' with --mtp-num-layers ", m.mtp_num_layers,
+                           ": expected the decoder's pattern in --hybrid-layer-pattern (the legacy MTP pattern is "
+                           "appended to it as '/' depths), found none (--hybrid-attention-ratio / --hybrid-mlp-ratio "
+                           "give no pattern to append to)");
+  std::string unified = m.hybrid_override_pattern;
+  for (int64_t k = 0; k < m.mtp_num_layers; ++k) unified += kHybridMtpSeparator + mtp;
+  m.hybrid_override_pattern = unified;
+  print_rank0(str_cat("Converted legacy MTP pattern to unified: ", unified));
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status resolve_hybrid_layer_pattern(Arguments& a, const ArgParser& p) {
   ModelArgs& m = a.model;
-  // Megatron main: multi-latent attention layers ('+') in the pattern set --multi-latent-attention.
-  if (m.is_hybrid_model && hybrid_pattern_layers(m.hybrid_override_pattern).find(kHybridMla) != std::string::npos)
-    m.multi_latent_attention = true;
   const bool layer = p.was_set("--hybrid-layer-pattern"), override = p.was_set("--hybrid-override-pattern");
   if (layer && override)  // Megatron main's assertion
     return InvalidArgument("--hybrid-override-pattern and --hybrid-layer-pattern cannot both be specified. "
                            "--hybrid-override-pattern is deprecated; use --hybrid-layer-pattern instead.");
+  GALE_RETURN_IF_ERROR(convert_legacy_mtp_pattern(m));
+  // Megatron main: multi-latent attention layers ('+') anywhere in the pattern, the MTP depths'
+  // included, set --multi-latent-attention.
+  if (m.is_hybrid_model && m.hybrid_override_pattern.find(kHybridMla) != std::string::npos)
+    m.multi_latent_attention = true;
   const std::string& text = m.hybrid_override_pattern;
   // Megatron main reads --hybrid-override-pattern as --hybrid-layer-pattern; Gale keeps the older
   // rule (one symbol per --num-layers layer) for an override pattern without separators.
@@ -120,11 +172,12 @@ Status resolve_hybrid_layer_pattern(Arguments& a, const ArgParser& p) {
                        pattern.mtp_depths, ") in pattern '", text, "'. Using the inferred value (", pattern.mtp_depths,
                        ")."));
   m.mtp_num_layers = pattern.mtp_depths;
-  // Each depth's layers (model/gpt_model.h): Mamba, attention and MLP layers.
-  for (char s : pattern.mtp)
-    if (s != kHybridMamba && s != kHybridAttention && s != kHybridMlp)
-      return Unimplemented(flag, " '", text, "': the '", std::string(1, s), "' layers of the multi-token-prediction "
-                           "block '", pattern.mtp, "': not supported yet (an MTP depth holds M, * and - layers)");
+  // Each depth's layers (model/gpt_model.h): Megatron main's MTP block is a hybrid stack of any
+  // layer symbols; the ones Gale builds in the decoder (validate_hybrid_args checks them with it).
+  if (pattern.mtp.find(kHybridDsa) != std::string::npos)
+    return Unimplemented(flag, " '", text, "': the DeepSeek sparse attention layers ('D') of the "
+                         "multi-token-prediction block '", pattern.mtp, "': not supported yet (Gale's hybrid stack "
+                         "builds M, G, *, +, - and E layers)");
   return Status::Ok();
 }
 
@@ -132,16 +185,14 @@ namespace {
 
 // Context parallelism of the Mamba layers (model/mamba_context_parallel.h; Megatron's
 // MambaContextParallel asserts): each TP×CP rank holds whole heads, and whole groups or a share of
-// one group's heads; the all-to-all moves Megatron's load-balanced chunks, not an adaptive layout.
+// one group's heads; the all-to-all moves Megatron's load-balanced chunks or an adaptive layout's positions.
 Status check_hybrid_context_parallel(const Arguments& a) {
   const ParallelArgs& par = a.parallel;
   const ModelArgs& m = a.model;
   const int64_t cp = par.context_parallel_size, tp = par.tensor_model_parallel_size;
   if (cp <= 1) return Status::Ok();
-  if (par.adaptive_cp)
-    return Unimplemented("--context-parallel-algo adaptive_cp_algo or hybrid_adaptive_cp_algo with --is-hybrid-model: "
-                         "not supported yet (the Mamba layers' all-to-all needs Megatron's load-balanced sequence "
-                         "split; use megatron_cp_algo, kvallgather_cp_algo, ulysses_cp_algo or hybrid_cp_algo)");
+  // adaptive_cp_algo / hybrid_adaptive_cp_algo: the all-to-alls place each position by the
+  // micro-batch's layout (ContextSplit::global_position), so the Mamba layers take any layout.
   const int64_t heads = 2 * m.hidden_size / m.mamba_head_dim, heads_tp = heads / tp, groups_tp = m.mamba_num_groups / tp;
   if (heads_tp % cp != 0)
     return InvalidArgument("--context-parallel-size: expected a divisor of the Mamba mixer's heads per tensor-parallel "
@@ -178,6 +229,9 @@ Status validate_hybrid_args(const Arguments& a, const ArgParser& p) {
   std::string layers;
   GALE_RETURN_IF_ERROR(allocate_hybrid_layers(m.num_layers, m.hybrid_attention_ratio, m.hybrid_mlp_ratio,
                                               m.hybrid_override_pattern, &layers));
+  // The MTP depths' layers (with --mtp-num-layers, which resolve_hybrid_layer_pattern set from the
+  // pattern's depths) are checked with the decoder's.
+  if (m.mtp_num_layers != kUnset && m.mtp_num_layers > 0) layers += hybrid_pattern_mtp_layers(m.hybrid_override_pattern);
   GALE_RETURN_IF_ERROR(check_mamba_sizes(m.hidden_size, m.mamba_state_dim, m.mamba_head_dim, m.mamba_num_groups));
   // Tensor parallelism splits the mixer by groups and heads (Megatron's MambaMixer asserts d_inner,
   // ngroups and nheads divisible by the TP size; the groups divide the heads, which divide d_inner).
@@ -238,7 +292,8 @@ Status validate_hybrid_args(const Arguments& a, const ArgParser& p) {
         "--recompute-in-advance", "--recompute-in-bubble", "--moe-fb-overlap", "--use-custom-fsdp",
         "--use-torch-fsdp2", "--layerzero", "--auto-parallel", "--auto-settings", "--dist-train", "--fp8-format"})
     if (p.was_set(flag)) return Unimplemented("--is-hybrid-model with ", flag, ": not supported yet");
-  if (a.dpo.stage == "dpo") return Unimplemented("--is-hybrid-model with --stage dpo: not supported yet");
+  // --stage dpo: the reference model copies the policy's config, its Mamba layers included
+  // (train/pretrain.cc).
   return Status::Ok();
 }
 

@@ -142,7 +142,7 @@ ModelConfig model_config_from_args(const Arguments& a) {
     c.fp8.bf16_layers_at_end = m.num_layers_at_end_in_bf16;
   }
   // A GDN model's pattern (train/arguments_gdn.cc), or a hybrid model's 'G' layers (model/hybrid_layers.h).
-  const bool hybrid_gdn = c.hybrid.enabled && c.hybrid.layers.find(kHybridGatedDeltaNet) != std::string::npos;
+  const bool hybrid_gdn = c.hybrid.enabled && hybrid_all_layers(c).find(kHybridGatedDeltaNet) != std::string::npos;
   if (m.experimental_attention_variant == "gdn" || hybrid_gdn) {
     c.gdn.enabled = true;
     c.gdn.pattern = hybrid_gdn ? hybrid_gdn_layer_flags(hybrid_all_layers(c)) : m.linear_attention_pattern;

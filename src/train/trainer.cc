@@ -263,6 +263,11 @@ FlopsModel Trainer::flops_model() const {
     f.moe_topk = args_.moe.moe_router_topk;
     if (args_.moe.moe_shared_expert_intermediate_size != kUnset)
       f.moe_shared_ffn = args_.moe.moe_shared_expert_intermediate_size;
+    // A hybrid model's MTP depths' 'E' layers (moe.layer_pattern holds the decoder's only).
+    if (m.is_hybrid_model && m.mtp_num_layers != kUnset && m.mtp_num_layers > 0) {
+      const std::string mtp = hybrid_pattern_mtp_layers(m.hybrid_override_pattern);
+      f.num_moe_layers += std::count(mtp.begin(), mtp.end(), kHybridMoe);
+    }
   }
   if (m.mtp_num_layers != kUnset) {  // Megatron: each MTP layer is one more layer of the last layer's kind
     f.mtp_num_layers = m.mtp_num_layers;

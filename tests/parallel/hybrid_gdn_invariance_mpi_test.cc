@@ -2,7 +2,7 @@
 // the 'G' layers' all-to-alls to a head split and CP-local conv1d / A_log / dt_bias slices
 // (model/gdn_context_parallel.h) beside the Mamba layer's all-to-alls and the attention layer's CP
 // algorithm — ring, all-gather, Ulysses, with TP 2 and SP (TP·CP = 4 = the key heads), with data
-// parallelism — reproduce the single-process run: losses and grad norms within 1e-5 relative, final
+// parallelism, MindSpeed's adaptive CP on documents — reproduce the single-process run: losses and grad norms within 1e-5 relative, final
 // parameters 1e-3 and final gradients 3e-5 relative (a wrong head split or a missing slice reduction
 // is off by O(1)).
 #include <gtest/gtest.h>
@@ -44,6 +44,22 @@ TEST_P(HybridGdnInvariance, MatchesSingleProcess) {
   testing::expect_layout_matches_single_process(layouts(), GetParam(), kHybridGdn, 3e-5,
                                                 "self_attention.in_proj.weight");
 }
+
+// MindSpeed's adaptive CP on documents (--reset-attention-mask): the 'G' and 'M' layers' all-to-alls
+// place each position by the planner's layout, which is not Megatron's two chunks per rank.
+class HybridGdnAdaptiveInvariance : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HybridGdnAdaptiveInvariance, MatchesSingleProcess) {
+  static const std::vector<Layout> adaptive = {
+      {"cp2_adaptive_documents", 2, {"--context-parallel-size", "2", "--context-parallel-algo", "adaptive_cp_algo",
+                                     "--adaptive-cp-dynamic-attn-mask"}}};
+  std::vector<std::string> model = kHybridGdn;
+  model.push_back("--reset-attention-mask");
+  testing::expect_layout_matches_single_process(adaptive, GetParam(), model, 3e-5, "self_attention.in_proj.weight");
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, HybridGdnAdaptiveInvariance, ::testing::Values("cp2_adaptive_documents"),
+                         [](const auto& info) { return info.param; });
 
 INSTANTIATE_TEST_SUITE_P(Layouts, HybridGdnInvariance, ::testing::ValuesIn(testing::layout_names(layouts())),
                          [](const auto& info) { return info.param; });

@@ -3,8 +3,8 @@
 // A_log, D, dt_bias and the gated norm split by head and group, out_proj row-parallel), with
 // sequence parallelism, TP 4, TP with data and with pipeline parallelism, and recomputation; and
 // context parallelism (the Mamba layers' all-to-alls around the convolution and the scan, the
-// attention layer on the CP algorithm: ring, all-gather, Ulysses, hybrid Ulysses x ring, with TP and
-// SP, with data parallelism), also with fewer groups than TP x CP ranks (a group's heads spread over
+// attention layer on the CP algorithm: ring, all-gather, Ulysses, hybrid Ulysses x ring, MindSpeed's
+// adaptive ring and hybrid adaptive CP, with TP and SP, with data parallelism), also with fewer groups than TP x CP ranks (a group's heads spread over
 // several cp ranks, its B and C repeated) reproduce the single-process run: losses and grad norms
 // within 1e-5 relative, final parameters 1e-3 and final gradients 3e-5 relative (the TP all-reduces,
 // the pre-norm's SP gradient reduction and the DP x CP gradient reduction sum in another order; a
@@ -37,6 +37,13 @@ const std::vector<Layout>& layouts() {
       {"cp4", 4, {"--context-parallel-size", "4"}},
       {"cp4_hybrid_u2", 4, {"--context-parallel-size", "4", "--context-parallel-algo", "hybrid_cp_algo",
                             "--ulysses-degree-in-cp", "2"}},
+      // MindSpeed's adaptive CP: the attention layer's ring on the layout chosen from the mask, the
+      // Mamba layers' all-to-alls placing each position by it (in order: not Megatron's split).
+      {"cp2_adaptive", 2, {"--context-parallel-size", "2", "--context-parallel-algo", "adaptive_cp_algo"}},
+      {"cp2_adaptive_in_order", 2, {"--context-parallel-size", "2", "--context-parallel-algo", "adaptive_cp_algo",
+                                    "--adaptive-cp-only-reschedule"}},
+      {"cp4_hybrid_adaptive_u2", 4, {"--context-parallel-size", "4", "--context-parallel-algo",
+                                     "hybrid_adaptive_cp_algo", "--ulysses-degree-in-cp", "2"}},
       {"tp2_cp2_sp", 4, {"--tensor-model-parallel-size", "2", "--context-parallel-size", "2", "--sequence-parallel"}},
       {"cp2_dp2_distopt", 4, {"--context-parallel-size", "2", "--use-distributed-optimizer"}},
   };
@@ -82,6 +89,32 @@ INSTANTIATE_TEST_SUITE_P(Layouts, HybridSharedGroupsInvariance,
                          ::testing::Values(SharedGroups{"cp2", "1"}, SharedGroups{"cp4", "2"},
                                            SharedGroups{"tp2_cp2_sp", "2"}),
                          [](const auto& info) { return info.param.layout + "_groups" + info.param.groups; });
+
+// Adaptive CP on documents (--reset-attention-mask, a layout per micro-batch): the planner moves
+// units of the sequence between ranks, so a rank's positions are not Megatron's two chunks and the
+// Mamba layers' all-to-alls must place every position by the layout (the causal layouts above are
+// whole chunks). CP 2 and CP 4 against the single-process run of the same documents.
+const std::vector<Layout>& document_layouts() {
+  static const std::vector<Layout> all = {
+      {"cp2_adaptive_documents", 2, {"--context-parallel-size", "2", "--context-parallel-algo", "adaptive_cp_algo",
+                                     "--adaptive-cp-dynamic-attn-mask"}},
+      {"cp4_adaptive_documents", 4, {"--context-parallel-size", "4", "--context-parallel-algo", "adaptive_cp_algo",
+                                     "--adaptive-cp-dynamic-attn-mask"}},
+  };
+  return all;
+}
+
+class HybridAdaptiveDocumentsInvariance : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HybridAdaptiveDocumentsInvariance, MatchesSingleProcess) {
+  std::vector<std::string> model = kHybrid;
+  model.push_back("--reset-attention-mask");
+  testing::expect_layout_matches_single_process(document_layouts(), GetParam(), model, 3e-5, "mixer.in_proj.weight");
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, HybridAdaptiveDocumentsInvariance,
+                         ::testing::ValuesIn(testing::layout_names(document_layouts())),
+                         [](const auto& info) { return info.param; });
 
 INSTANTIATE_TEST_SUITE_P(Layouts, HybridInvariance,
                          ::testing::Combine(::testing::ValuesIn(testing::layout_names(layouts())), ::testing::Bool()),

@@ -10,6 +10,8 @@
 // (tests/train/arguments_hybrid_test.cc).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "layout_invariance.h"
 
 namespace gale {
@@ -67,6 +69,46 @@ TEST_P(HybridMtpInvariance, MatchesSingleProcess) {
       testing::expect_matches_reference(run, reference, 4, 3e-5, "mtp.layers.1.mtp_model_layer.layers.1.mixer.in_proj");
   if (run.engine->chunks.back()->partition().post_process) EXPECT_GT(named, 0);  // the MTP block's stage
 }
+
+// MTP depths of a Gated DeltaNet and a MoE layer ("M*-M/GE/GE"; Megatron main's MTP block takes every
+// hybrid symbol): the depths' GDN mixers split by head over TP, their experts over EP, the block on
+// the last pipeline stage. 2 key heads of 8, 4 value heads of 6; 4 experts, top-2.
+const std::vector<Layout>& gdn_moe_layouts() {
+  static const std::vector<Layout> all = {
+      {"tp2_sp_gdn_moe", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel"}},
+      {"pp2_gdn_moe", 2, {"--pipeline-model-parallel-size", "2"}},
+      {"ep2_gdn_moe", 2, {"--expert-model-parallel-size", "2"}},
+  };
+  return all;
+}
+
+class HybridMtpGdnMoeInvariance : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HybridMtpGdnMoeInvariance, MatchesSingleProcess) {
+  const Layout* layout = testing::find_layout(gdn_moe_layouts(), GetParam());
+  ASSERT_NE(layout, nullptr);
+  if (layout->world != test::world()->size()) GTEST_SKIP() << GetParam() << " needs " << layout->world << " ranks";
+  std::vector<std::string> model = kHybridMtp;
+  *std::find(model.begin(), model.end(), std::string("M*-M/*M-/*M-")) = "M*-M/GE/GE";
+  model.insert(model.end(), {"--normalization", "RMSNorm", "--swiglu", "--disable-bias-linear",
+                             "--linear-num-key-heads", "2", "--linear-num-value-heads", "4", "--linear-key-head-dim",
+                             "8", "--linear-value-head-dim", "6", "--linear-conv-kernel-dim", "3", "--num-experts", "4",
+                             "--moe-router-topk", "2", "--moe-ffn-hidden-size", "32"});
+  testing::LayoutAndReference t = testing::train_layout_and_reference(model, *layout, 4);
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_EQ(t.run->mtp_losses[i].size(), 2u);
+    for (int k = 0; k < 2; ++k)
+      EXPECT_NEAR(t.run->mtp_losses[i][k], t.reference->mtp_losses[i][k], 1e-5 * t.reference->mtp_losses[i][k])
+          << "mtp_" << k + 1 << " loss of iteration " << i + 1;
+  }
+  const int named = testing::expect_matches_reference(*t.run, *t.reference, 4, 3e-5,
+                                                      "mtp.layers.1.mtp_model_layer.layers.0.self_attention.in_proj");
+  if (t.run->engine->chunks.back()->partition().post_process) EXPECT_GT(named, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, HybridMtpGdnMoeInvariance,
+                         ::testing::ValuesIn(testing::layout_names(gdn_moe_layouts())),
+                         [](const auto& info) { return info.param; });
 
 INSTANTIATE_TEST_SUITE_P(Layouts, HybridMtpInvariance,
                          ::testing::Combine(::testing::ValuesIn(testing::layout_names(layouts())), ::testing::Bool()),

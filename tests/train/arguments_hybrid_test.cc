@@ -77,7 +77,7 @@ TEST(HybridArguments, MoeLayersAcceptedWithExpertTensorAndContextParallelism) {
 TEST(HybridArguments, ContextParallelAccepted) {
   // 8 heads: CP 2 with 2 groups (one per rank) and 1 group (its heads shared by both ranks), TP 2 x CP 2
   // (one group per TP rank, shared by its two cp ranks), CP 8 (one head per rank), and the CP algorithms
-  // with Megatron's load-balanced split.
+  // with Megatron's load-balanced split, and MindSpeed's adaptive ones (the all-to-alls follow the layout).
   for (const auto& [groups, world, flags] :
        std::vector<std::tuple<std::string, int64_t, std::vector<std::string>>>{
            {"2", 2, {"--context-parallel-size", "2"}},
@@ -87,7 +87,11 @@ TEST(HybridArguments, ContextParallelAccepted) {
            {"4", 2, {"--context-parallel-size", "2", "--context-parallel-algo", "ulysses_cp_algo"}},
            {"4", 4,
             {"--context-parallel-size", "4", "--context-parallel-algo", "hybrid_cp_algo", "--ulysses-degree-in-cp",
-             "2"}}}) {
+             "2"}},
+           {"2", 2, {"--context-parallel-size", "2", "--context-parallel-algo", "adaptive_cp_algo"}},
+           {"4", 4,
+            {"--context-parallel-size", "4", "--context-parallel-algo", "hybrid_adaptive_cp_algo",
+             "--ulysses-degree-in-cp", "2"}}}) {
     testing::PretrainCli cli;
     const Status s = cli.parse_minimal(hybrid(groups, flags), world);
     EXPECT_TRUE(s.ok()) << groups << " groups at world " << world << ": " << s.to_string();
@@ -159,9 +163,6 @@ INSTANTIATE_TEST_SUITE_P(
         FlagErrorCase{hybrid("3", {"--hidden-size", "96", "--context-parallel-size", "2"}), 2,
                       "--mamba-num-groups: expected, per tensor-parallel rank (--mamba-num-groups / "
                       "--tensor-model-parallel-size = 3), a multiple or a divisor of --context-parallel-size (2"},
-        FlagErrorCase{hybrid("2", {"--context-parallel-size", "2", "--context-parallel-algo", "adaptive_cp_algo"}), 2,
-                      "--context-parallel-algo adaptive_cp_algo or hybrid_adaptive_cp_algo with --is-hybrid-model: "
-                      "not supported yet"},
         // Megatron-Core main's other symbols: known, Megatron's mixing rule applied, then refused.
         FlagErrorCase{hybrid_pattern("MD", {}), 1,
                       "--hybrid-override-pattern: the DeepSeek sparse attention layers ('D') of 'MD': not supported yet "
@@ -328,7 +329,7 @@ TEST(HybridArguments, LayerPatternStagesAsMegatronMain) {
 
 // MTP depths after '/': Megatron main infers --mtp-num-layers from them (a warning when it was given
 // otherwise, the pattern's count wins); a hybrid model's --mtp-num-layers needs them (Megatron would
-// build no MTP layers); the depths' layers are M, * and -; no context parallelism (as GPT's MTP).
+// build no MTP layers); the depths' layers: tests/train/arguments_hybrid_mtp_test.cc; no context parallelism (as GPT's MTP).
 TEST(HybridArguments, LayerPatternMtpDepthsGiveTheMtpLayers) {
   testing::PretrainCli cli;
   const Status s = cli.parse_minimal(layer_pattern("M*M*/M-*/M-*", {}));
@@ -350,11 +351,6 @@ TEST(HybridArguments, LayerPatternMtpDepthsGiveTheMtpLayers) {
             "--mtp-num-layers 2 with --is-hybrid-model: expected the MTP layers' pattern after '/' in "
             "--hybrid-layer-pattern (e.g. 'M*M*/MM/MM': 2 depths of 'MM'), found none in 'M*M*' (Megatron would build "
             "no MTP layers)"},
-           {{"--is-hybrid-model", "--hybrid-layer-pattern", "ME/ME", "--mamba-head-dim", "16", "--mamba-num-groups",
-             "2", "--num-experts", "4", "--moe-router-topk", "2"},
-            1,
-            "--hybrid-layer-pattern 'ME/ME': the 'E' layers of the multi-token-prediction block 'ME': not supported "
-            "yet (an MTP depth holds M, * and - layers)"},
            {layer_pattern("M*/M*", {"--context-parallel-size", "2"}), 2,
             "--mtp-num-layers with --context-parallel-size 2: Megatron does not support multi-token prediction with "
             "context parallelism (expected --context-parallel-size 1)"}})

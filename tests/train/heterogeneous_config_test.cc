@@ -168,13 +168,24 @@ TEST(HeterogeneousConfig, FlagsValidateAgainstTheLayout) {
   Validated selective = validate({"--heterogeneous-layers-config-encoded-json", two_groups, "--recompute-granularity",
                                   "selective", "--recompute-modules", "core_attn", "layernorm", "mlp"});
   EXPECT_TRUE(selective.status.ok()) << selective.status.to_string();  // tests/train/heterogeneous_recompute_test.cc
-  EXPECT_EQ(validate({"--heterogeneous-layers-config-encoded-json", two_groups, "--experimental-attention-variant",
-                      "gdn", "--linear-attention-freq", "2", "--normalization", "RMSNorm", "--swiglu"})
-                .status.message(),
-            "--heterogeneous-layers-config-encoded-json with --experimental-attention-variant gdn: not supported yet "
-            "(Megatron's gpt_builder builds the experimental-attention block spec instead of the heterogeneous one, "
-            "so no_op and replace_with_linear are never built there; per-layer query groups in those layers are not "
-            "implemented in Gale)");
+  // --experimental-attention-variant gdn: per-layer query groups and FFN sizes
+  // (tests/parallel/heterogeneous_gdn_invariance_mpi_test.cc), but Megatron's experimental-attention
+  // block spec has no no_op or linear sub-blocks.
+  const std::vector<std::string> gdn = {"--experimental-attention-variant", "gdn", "--linear-attention-freq", "2",
+                                        "--normalization", "RMSNorm", "--swiglu"};
+  std::vector<std::string> groups_gdn = {"--heterogeneous-layers-config-encoded-json", two_groups};
+  groups_gdn.insert(groups_gdn.end(), gdn.begin(), gdn.end());
+  Validated gdn_ok = validate(groups_gdn);
+  EXPECT_TRUE(gdn_ok.status.ok()) << gdn_ok.status.to_string();
+  const std::string noop_attention =
+      blocks(R"({"attention": {"no_op": true}, "ffn": {}})", R"({"attention": {}, "ffn": {}})");
+  std::vector<std::string> noop_gdn = {"--heterogeneous-layers-config-encoded-json", noop_attention};
+  noop_gdn.insert(noop_gdn.end(), gdn.begin(), gdn.end());
+  EXPECT_EQ(validate(noop_gdn).status.message(),
+            "--heterogeneous-layers-config-encoded-json: block_configs[0]: with --experimental-attention-variant gdn "
+            "Megatron builds its experimental-attention block spec instead of the heterogeneous one, which has no "
+            "no_op or replace_with_linear sub-blocks: expected only per-layer query groups and FFN sizes, found a "
+            "attention that is no_op");
   // MoE: per-layer query groups and FFN sizes (tests/parallel/heterogeneous_invariance_mpi_test.cc), but
   // Megatron's MoE block spec has no no_op or linear sub-blocks.
   Validated groups_moe = validate({"--heterogeneous-layers-config-encoded-json", two_groups, "--num-experts", "4",
