@@ -150,7 +150,9 @@ TEST(MegatronMtpCheckpoint, RoundTripsAtTp2AndPp2) {
         EXPECT_EQ(sd->get("mtp.layers.1.transformer_layer.mlp.linear_fc2._extra_state") != nullptr, last) << rank;
         EXPECT_NE(sd->get("embedding.word_embeddings.weight"), nullptr) << rank;  // first stage, and the MTP copy
         if (!last) continue;
-        const Tensor& piece = sd->get("mtp.layers.0.eh_proj.weight")->data;
+        const PyValue* e = sd->get("mtp.layers.0.eh_proj.weight");
+        ASSERT_TRUE(e != nullptr) << rank;
+        const Tensor& piece = e->data;
         ASSERT_EQ(piece.shape(), (Shape{32 / tp, 64})) << rank;
         EXPECT_EQ(0, std::memcmp(piece.raw(), eh.data<float>() + t * (32 / tp) * 64, piece.nbytes())) << rank;
       }
