@@ -36,6 +36,7 @@ struct MtpSaved {
   std::vector<float> mask;
   float dloss_scale = 0.0f;  // the per-token loss gradient is dloss_scale·mask
   Tensor e, e_stats;         // the embedding of the rolled ids [Tl, H] (enorm's input)
+  Tensor emb_norm_in, emb_norm_stats;  // --embed-layernorm: the embedding norm's input and statistics for them
   Tensor h, h_stats;         // the previous hidden states [Tl, H] (hnorm's input)
   Tensor cat_full;           // eh_proj's input [T, 2H] (gathered under SP; GEMM input type)
   std::vector<LayerSaved> layers;  // one per layer of the depth (a hybrid MTP pattern's; else one)
@@ -107,7 +108,7 @@ struct GPTModel::State {
   Tensor final_in, final_stats, final_out_full, lse, head_saved;
   Tensor distill_grad;  // QAD / the head logits hook: d loss / d logits [T, V/TP] before the loss scale
   double lm_coef = 1.0;  // the head logits hook's factor of the cross-entropy's gradient
-  Tensor emb_norm_in, emb_norm_stats;  // --embed-layernorm (first stage)
+  Tensor emb_norm_in, emb_norm_stats;  // --embed-layernorm (first stage; the MTP stage's are in MtpSaved)
   Tensor decoder_input;                // the embedding's output, kept for the forward observer
   std::vector<MtpSaved> mtp;  // --mtp-num-layers, training forwards
   std::unique_ptr<ActivationSwap> swap;  // --swap-attention, training forwards
@@ -162,6 +163,9 @@ GPTModel::GPTModel(const ModelConfig& config, const ModelPartition& part, const 
       if (c.position == PositionEmbedding::kLearnedAbsolute)
         pos_emb_ = params_.add(make_param_spec("embedding.position_embeddings.weight", {c.max_positions, c.hidden},
                                                InitKind::kNormal, c.embedding_init_std(), true));
+      // --embed-layernorm: a copy of the first stage's embedding norm too, so that the MTP layers' embedding
+      // is normalised at every pipeline layout as at PP 1 (in the embedding group likewise).
+      if (c.embed_layernorm) norm("embedding.norm", &emb_norm_w_, &emb_norm_b_);
     }
     if (!c.tied_embeddings) {
       output_w_ = params_.add(tp_split(make_param_spec("output_layer.weight", {c.vocab, c.hidden}, InitKind::kNormal,
@@ -755,7 +759,13 @@ void GPTModel::mtp_forward(State& st, const Tensor& h0) {
     roll_left(mask, S, B);
     double n = 0.0;
     for (float v : mask) n += v;
+    // --embed-layernorm: the rolled ids' embedding goes through the same norm (MindSpeed-LLM's norm is
+    // part of the embedding module the MTP block calls); its saved input is the depth's, not the decoder's.
+    std::swap(st.emb_norm_in, m.emb_norm_in);
+    std::swap(st.emb_norm_stats, m.emb_norm_stats);
     m.e = embedding_forward(st, tokens.data(), positions.data(), mtp_embedding_stream(c.seed, k));
+    std::swap(st.emb_norm_in, m.emb_norm_in);
+    std::swap(st.emb_norm_stats, m.emb_norm_stats);
     const Tensor en = norm_forward(w.enorm_w, w.enorm_b, m.e, &m.e_stats);
     const Tensor hn = norm_forward(w.hnorm_w, w.hnorm_b, h, &m.h_stats);
     m.h = h;
@@ -816,7 +826,11 @@ Tensor GPTModel::mtp_backward(State& st) {
     Tensor d_en, d_hn;
     split_columns(d_cat, &d_en, &d_hn);
     const Tensor d_e = norm_backward(w.enorm_w, w.enorm_b, d_en, m.e, m.e_stats);
+    std::swap(st.emb_norm_in, m.emb_norm_in);  // the depth's embedding-norm input (as in mtp_forward)
+    std::swap(st.emb_norm_stats, m.emb_norm_stats);
     embedding_backward(st, m.tokens.data(), m.positions.data(), mtp_embedding_stream(c.seed, k), d_e);
+    std::swap(st.emb_norm_in, m.emb_norm_in);
+    std::swap(st.emb_norm_stats, m.emb_norm_stats);
     dh = norm_backward(w.hnorm_w, w.hnorm_b, d_hn, m.h, m.h_stats);
     m = MtpSaved();  // release
   }
@@ -830,9 +844,13 @@ std::vector<int> GPTModel::embedding_group_param_ids() const {
   if (part_.pre_process) {
     if (config_.tied_embeddings || mtp) ids.push_back(word_emb_);
     if (mtp && pos_emb_ >= 0) ids.push_back(pos_emb_);
+    if (mtp && emb_norm_w_ >= 0) ids.push_back(emb_norm_w_);  // --embed-layernorm: the norm's copy too
+    if (mtp && emb_norm_b_ >= 0) ids.push_back(emb_norm_b_);
   } else if (mtp) {
     ids.push_back(word_emb_);
     if (pos_emb_ >= 0) ids.push_back(pos_emb_);
+    if (emb_norm_w_ >= 0) ids.push_back(emb_norm_w_);
+    if (emb_norm_b_ >= 0) ids.push_back(emb_norm_b_);
   } else if (config_.tied_embeddings) {
     ids.push_back(output_w_);
   }
@@ -1162,7 +1180,7 @@ std::vector<std::vector<int>> GPTModel::backward_param_groups() const {
     for (int id : {final_norm_w_, final_norm_b_}) if (id >= 0) head.push_back(id);
     if (output_w_ >= 0 && output_w_ != word_emb_) head.push_back(output_w_);
     if (!part_.pre_process)  // the MTP stage's copies of the embedding (tied: the output layer too)
-      for (int id : {word_emb_, pos_emb_}) if (id >= 0) head.push_back(id);
+      for (int id : {word_emb_, pos_emb_, emb_norm_w_, emb_norm_b_}) if (id >= 0) head.push_back(id);
     for (const MtpParamIds& m : mtp_)  // the MTP layers run with the head
       for (int id : m.all()) head.push_back(id);
     groups.push_back(head);

@@ -13,7 +13,8 @@
 // after the decoder's final norm. With h_0 the final norm's output and ids, positions, labels and
 // loss mask rolled left by one more position per layer (Megatron's roll_tensor: the last position
 // gets id 0, label 0, mask 0), MTP layer k = 1..D ("mtp.layers.{k-1}.") computes
-//   e_k = embedding(ids_k, positions_k)  (the shared embedding, its dropout included)
+//   e_k = embedding(ids_k, positions_k)  (the shared embedding, its dropout included, and with
+//         --embed-layernorm its norm: MindSpeed-LLM's PP 1 behaviour, kept at every layout)
 //   z_k = eh_proj([enorm(e_k), hnorm(h_{k-1})])  (concatenated along H: embedding first; eh_proj
 //         [H, 2H] without bias, column-parallel with its output gathered over TP)
 //   h_k = final_layernorm(transformer_layer(z_k))  (a layer like the decoder's: global layer index
@@ -26,7 +27,7 @@
 // num_microbatches (Megatron's MTPLossAutoScaler), to the LM loss's; the LM loss itself (LossSums)
 // is unchanged. Evaluation forwards skip the MTP layers. With pipeline parallelism the MTP layers are
 // on the last stage (the last virtual chunk), which then holds a copy of the first stage's embedding
-// (embedding_group_param_ids) and embeds the rolled ids itself.
+// (embedding_group_param_ids; with --embed-layernorm of its norm too) and embeds the rolled ids itself.
 #pragma once
 
 #include <algorithm>
@@ -373,7 +374,7 @@ class GPTModel {
   std::vector<float> alibi_slopes_;  // --position-embedding-type alibi: the slopes of all c.heads heads
   std::vector<float> zero_softmax_offset_;  // --softmax-type off-by-one: c.heads zero sink logits
   int word_emb_ = -1, pos_emb_ = -1, final_norm_w_ = -1, final_norm_b_ = -1, output_w_ = -1;
-  int emb_norm_w_ = -1, emb_norm_b_ = -1;  // --embed-layernorm (first stage)
+  int emb_norm_w_ = -1, emb_norm_b_ = -1;  // --embed-layernorm (first stage; with MTP the last stage's copy)
   std::vector<LayerParamIds> layers_;
   // --mtp-num-layers: each MTP layer's parameters (last stage).
   struct MtpParamIds {

@@ -1128,9 +1128,6 @@ Status validate_mtp_args(Arguments& a) {
   if (m.mtp_num_layers < 1) return InvalidArgument("--mtp-num-layers: expected at least 1, found ", m.mtp_num_layers);
   if (!(m.mtp_loss_scaling_factor >= 0.0))
     return InvalidArgument("--mtp-loss-scaling-factor: expected a number ≥ 0, found ", m.mtp_loss_scaling_factor);
-  if (m.embed_layernorm)
-    return Unimplemented("--embed-layernorm with --mtp-num-layers ", m.mtp_num_layers,
-                         ": not supported yet (the MTP layers' embedding would need its own copy of the embedding norm)");
   const ParallelArgs& par = a.parallel;
   // Megatron core_v0.12.1's validate_args refuses MTP with context parallelism; pipeline
   // parallelism (interleaved too) puts the MTP layers on the last stage (model/gpt_model.h).

@@ -20,6 +20,7 @@
 #include "train/megatron_dist_checkpoint.h"
 #include "train/megatron_mla_names.h"
 #include "train/megatron_moe_names.h"
+#include "train/megatron_mtp_names.h"
 #include "train/megatron_tp_split.h"
 #include "train/megatron_torch_optimizer.h"
 #include "train/model_setup.h"
@@ -60,11 +61,17 @@ std::string local_name(const std::string& rest) {
 }
 
 // A torch-format name whose layers are numbered from `offset` -> Gale's: the global layer number and
-// the local spec's norm names.
+// the local spec's norm names (those of an MTP layer's inner transformer_layer too, Megatron main's
+// mtp_model_layer read as transformer_layer).
 std::string gale_name_of(const std::string& name, int64_t offset) {
   int64_t i;
   std::string rest;
-  return layer_of(name, &i, &rest) ? str_cat("decoder.layers.", offset + i, ".", local_name(rest)) : name;
+  if (layer_of(name, &i, &rest)) return str_cat("decoder.layers.", offset + i, ".", local_name(rest));
+  static const std::string kInner = "transformer_layer.";
+  if (megatron_mtp_layer_of(name, &i, &rest))
+    return rest.rfind(kInner, 0) == 0 ? str_cat("mtp.layers.", i, ".", kInner, local_name(rest.substr(kInner.size())))
+                                      : str_cat("mtp.layers.", i, ".", rest);
+  return name;
 }
 
 // Megatron's optimizer state tensors (torch-format names) -> Gale's names in m.optimizer; the fp32
@@ -119,6 +126,9 @@ bool known_tensor(const std::string& name, bool mla) {
   if (kTop.count(name)) return true;
   int64_t i;
   std::string rest;
+  // Dense GPT MTP layers (train/megatron_mtp_names.h); MoE and MLA ones are not read yet.
+  if (megatron_mtp_layer_of(name, &i, &rest))
+    return megatron_mtp_tensor(rest, [](const std::string& r) { return kLayer.count(r) > 0; });
   return layer_of(name, &i, &rest) &&
          (kLayer.count(rest) || megatron_moe_tensor(rest) || (mla && megatron_mla_tensor(rest)));
 }
@@ -586,8 +596,8 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
   if (heads % tp || groups % tp || model.ffn_hidden_size % tp)
     return InvalidArgument("--target-tensor-parallel-size ", tp, ": expected it to divide the attention heads (", heads,
                            "), query groups (", groups, ") and ffn_hidden_size (", model.ffn_hidden_size, ")");
-  if (model.mtp_num_layers != kUnset && model.mtp_num_layers > 0)
-    return Unimplemented("writing Megatron checkpoints of models with multi-token prediction: not supported yet");
+  GALE_RETURN_IF_ERROR(check_megatron_mtp_target(model, o.moe));
+  const int64_t mtp_layers = model.mtp_num_layers == kUnset ? 0 : model.mtp_num_layers;
   const int64_t ep = o.expert_parallel;
   GALE_RETURN_IF_ERROR(check_megatron_moe_target(o.moe, tp, ep));
   const int64_t local_experts = o.moe.enabled() ? o.moe.num_experts / ep : 0;
@@ -679,15 +689,15 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
   set_bool("bf16", false);
   ns->set("params_dtype", PyValue::global("torch.float32"));
   add_megatron_moe_args(o.moe, tp, ep, *ns);
+  // Megatron's MTP args (None without: it builds no MTP block); the layers are on the last stage.
+  ns->set("mtp_num_layers", mtp_layers > 0 ? PyValue::integer(mtp_layers) : PyValue::none());
+  ns->set("mtp_loss_scaling_factor", PyValue::real(model.mtp_loss_scaling_factor));
   PyRef args = PyValue::object("argparse.Namespace", ns);
 
   // Whole tensors by stage; the vocabulary re-padded for tp.
   std::map<std::string, Tensor> whole;
   for (const NamedTensor& nt : tensors) {
     Tensor t = nt.tensor;
-    if (nt.name.rfind("mtp.", 0) == 0)
-      return Unimplemented("tensor '", nt.name, "': writing multi-token-prediction layers to Megatron's format is not "
-                           "supported yet");
     if (nt.name == "embedding.word_embeddings.weight" || nt.name == "output_layer.weight") {
       Tensor padded_t = Tensor::zeros({padded, t.shape()[1]}, t.dtype());
       megatron_copy_rows(t, 0, std::min(padded, t.shape()[0]), padded_t, 0);
@@ -715,9 +725,14 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
           }
           local = str_cat("decoder.layers.", i - p * per_stage, ".", rest);
         } else if (name.rfind("embedding.", 0) == 0) {
-          if (p != 0) continue;
-        } else if (name.rfind("output_layer.", 0) == 0 || name.rfind("decoder.final_layernorm.", 0) == 0) {
-          if (p != pp - 1) continue;
+          // The MTP layers embed the rolled ids: Megatron's last (mtp_process) stage holds its own copy.
+          if (p != 0 && !(mtp_layers > 0 && p == pp - 1)) continue;
+        } else if (name.rfind("output_layer.", 0) == 0 || name.rfind("decoder.final_layernorm.", 0) == 0 ||
+                   (mtp_layers > 0 && megatron_mtp_layer_of(name, &i, &rest))) {
+          if (p != pp - 1) continue;  // MTP layers: all on the last stage, numbered from 0 as in the model
+          if (i >= mtp_layers && name.rfind("mtp.", 0) == 0)
+            return InvalidArgument("tensor '", name, "': expected MTP layers 0 .. ", mtp_layers - 1,
+                                   " (--mtp-num-layers ", mtp_layers, ")");
         } else {
           return Unimplemented("tensor '", name, "' has no place in Megatron-Core's GPT model (not supported yet)");
         }
@@ -738,7 +753,12 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
         for (const std::string& linear : linears)
           sd->set(str_cat("decoder.layers.", i, ".", linear, "._extra_state"), PyValue::none());
       }
-      if (p == pp - 1) sd->set("output_layer._extra_state", PyValue::none());
+      if (p == pp - 1) {
+        for (int64_t k = 0; k < mtp_layers; ++k)  // eh_proj and the inner layer's linears (a dense layer's)
+          for (const std::string& key : megatron_mtp_extra_state_keys(k, megatron_extra_state_linears(o.moe, false, 0)))
+            sd->set(key, PyValue::none());
+        sd->set("output_layer._extra_state", PyValue::none());
+      }
       // Tied embeddings under pipeline parallelism: the last stage holds its own copy (output_layer.weight).
       if (pp > 1 && p == pp - 1 && !model.untie_embeddings_and_output_weights) {
         GALE_ASSIGN_OR_RETURN(Tensor piece, megatron_cut_tp(whole.at("embedding.word_embeddings.weight"),

@@ -21,7 +21,8 @@ MegatronSplit megatron_split_of(const std::string& name, bool swiglu) {
     return swiglu ? MegatronSplit::kGatedRows : MegatronSplit::kRows;
   if (ends_with(name, "self_attention.linear_qkv.weight") || ends_with(name, "self_attention.linear_qkv.bias") ||
       ends_with(name, "self_attention.core_attention.softmax_offset") ||  // --softmax-type learnable: heads
-      name == "embedding.word_embeddings.weight" || name == "output_layer.weight")
+      name == "embedding.word_embeddings.weight" || name == "output_layer.weight" ||
+      ends_with(name, ".eh_proj.weight"))  // an MTP layer's column-parallel projection [H, 2H]
     return MegatronSplit::kRows;
   if (const size_t a = name.find("self_attention.");
       a != std::string::npos && megatron_mla_column_parallel(name.substr(a)))

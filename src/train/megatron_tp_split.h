@@ -5,7 +5,7 @@
 //   GALE_ASSIGN_OR_RETURN(Tensor piece, megatron_cut_tp(whole, s, tp, t, name));    // the inverse
 //
 // Rows (dim 0) of linear_qkv (whole query groups), the learnable softmax offsets (--softmax-type learnable, per
-// head), word_embeddings, output_layer, linear_fc1 and multi-latent
+// head), word_embeddings, output_layer, an MTP layer's eh_proj, linear_fc1 and multi-latent
 // attention's column-parallel projections; with SwiGLU each rank's fc1 holds [its gate rows; its up rows], so the
 // merged tensor is [gate_0 .. gate_{TP-1}; up_0 .. up_{TP-1}]; columns (dim 1) of linear_proj and linear_fc2;
 // norms, row-parallel biases and position embeddings replicated. The names may be Megatron's torch-format or
