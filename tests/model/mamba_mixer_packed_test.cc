@@ -109,6 +109,30 @@ TEST(MambaMixerPacked, StoredChunkStatesRestartWithTheDocuments) {
   EXPECT_GT(diff, 1e-6);
 }
 
+// A document starting inside a chunk: the chunk's stored entering state belongs to the document
+// before, so up to the next chunk boundary its rows are those of f32 states exactly, while rows of
+// the chunk before the start (and the chunks after) see the rounding.
+TEST(MambaMixerPacked, StoredStateBeforeADocumentDoesNotReachIt) {
+  Mixer m(testing::mamba_mixer_config(2, 6, 3, 2, 2, 3));
+  m.chunk = 4;
+  const testing::PackedRows rows({{6, 6}});  // the second document starts at 6, inside chunk [4, 8)
+  const int64_t S = rows.S, H = m.c.hidden;
+  Tensor u = Tensor::empty({S, H});
+  testing::fill_random(u.data<float>(), u.numel(), 5);
+  m.states = DType::kBF16;
+  const Tensor rounded = m.forward(u, S, 1, nullptr, rows.starts());
+  m.states = DType::kF32;
+  const Tensor exact = m.forward(u, S, 1, nullptr, rows.starts());
+  auto row_diff = [&](int64_t s) {
+    double d = 0.0;
+    for (int64_t i = 0; i < H; ++i)
+      d = std::max(d, std::fabs(double(rounded.data<float>()[s * H + i]) - exact.data<float>()[s * H + i]));
+    return d;
+  };
+  EXPECT_GT(row_diff(5), 1e-6) << "the first document's row in chunk [4, 8) reads the stored state";
+  for (int64_t s = 6; s < 8; ++s) EXPECT_EQ(row_diff(s), 0.0) << "row " << s;
+}
+
 // Central differences of L = Σ r·out over packed rows (documents of 1 to 4 positions, K = 3), as
 // the unpacked check: step 1e-2, tolerance 5e-3 + 2e-2·|g| (f32 states: a stored state's rounding
 // has no finite difference to compare with).
