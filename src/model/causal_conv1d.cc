@@ -31,7 +31,7 @@ void causal_conv1d_forward_sequences(const float* x, int64_t x_stride, const flo
       for (int64_t c = 0; c < C; ++c) out[c] = bias ? bias[c] : 0.0f;
       for (int64_t k = 0; k < K; ++k) {
         const int64_t s2 = s - K + 1 + k;
-        if (s2 < first) continue;  // before the document: zero (first 0: the state's inputs below)
+        if (starts && s2 < first) continue;  // before the packed document: zero (no decoding state there)
         const float* in = s2 >= 0  ? x + (q.first + s2 * q.stride) * x_stride
                           : q.state ? q.state + (K - 1 + s2) * C
                                     : nullptr;

@@ -340,8 +340,8 @@ void expect_packing_matches_rows(const std::string& env, const std::vector<std::
   }
 }
 
-// A hybrid Mamba policy ("M*-M"): TP 2 + SP reproduces one process, CP 2 (the scan's all-to-all over
-// whole sequences) its first iteration.
+// A hybrid Mamba policy ("M*-M"): TP 2 + SP and PP 2 reproduce one process, CP 2 (the scan's
+// all-to-all over whole sequences) its first iteration.
 TEST(GalePretrainGrpo, SequencePackingWithMambaLayers) {
   TempDir dir;
   expect_packing_matches_rows(
@@ -349,7 +349,8 @@ TEST(GalePretrainGrpo, SequencePackingWithMambaLayers) {
       {"--num-layers", "4", "--is-hybrid-model", "--hybrid-override-pattern", "M*-M", "--mamba-state-dim", "16",
        "--mamba-head-dim", "16", "--mamba-num-groups", "2", "--normalization", "RMSNorm", "--position-embedding-type",
        "none"},
-      {{"--tensor-model-parallel-size", "2", "--sequence-parallel"}}, {{"--context-parallel-size", "2"}});
+      {{"--tensor-model-parallel-size", "2", "--sequence-parallel"}, {"--pipeline-model-parallel-size", "2"}},
+      {{"--context-parallel-size", "2"}});
 }
 
 // Gated DeltaNet layers (--experimental-attention-variant gdn, layers 0 and 2): TP 2 + SP reproduces one
