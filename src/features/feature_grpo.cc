@@ -19,7 +19,7 @@
 //
 // Rules: --langrl-env-config is required; the other RL flags need --perform-rl-step; P·G must be a
 // multiple of --global-batch-size. Not supported yet (refused naming the flag): --dist-train,
-// --stage dpo, --qad-enable, --data-path, MTP with --rl-use-sequence-packing; --rampup-batch-size is refused with Megatron's reason (its RL cuts collections by
+// --stage dpo, --qad-enable, --data-path; --rampup-batch-size is refused with Megatron's reason (its RL cuts collections by
 // --global-batch-size); --save-interval, --exit-interval and --non-persistent-save-interval must fall
 // between collections. Also supported: ZeRO-1/2/3 and FSDP (the rollout copy refit from the shards),
 // --calculate-per-token-loss, --exit-interval, --async-save, --non-persistent-save-interval,
@@ -65,7 +65,9 @@ class GrpoFeature : public Feature {
            "the shards), hybrid Mamba models, MoE with EP (load-balancing losses logged); ZeRO-1/2/3 and FSDP, "
            "--calculate-per-token-loss, --exit-interval, --async-save, --non-persistent-save-interval, "
            "--train-samples, --reuse-fp32-param, --overlap-param-gather, MTP and LoRA policies; virtual stages, DualPipeV, "
-           "adaptive CP and --tp-2d (the copy refit from every chunk); --rl-use-sequence-packing (docs/rl.md)";
+           "adaptive CP and --tp-2d (the copy refit from every chunk); --rl-use-sequence-packing, also with Mamba "
+           "and Gated DeltaNet layers (scans restarting per rollout) and MTP (rolls within each rollout) "
+           "(docs/rl.md)";
   }
   void register_args(ArgParser& parser) override { add_grpo_args(parser, args_); }
   bool requested(const FeatureContext&) const override { return args_.perform_rl_step; }

@@ -17,7 +17,8 @@ void causal_conv1d_forward(const float* x, int64_t x_stride, const float* w, con
 }
 
 void causal_conv1d_forward_sequences(const float* x, int64_t x_stride, const float* w, const float* bias, float* y,
-                                     int64_t C, int64_t K, const std::vector<ConvSequence>& seqs) {
+                                     int64_t C, int64_t K, const std::vector<ConvSequence>& seqs,
+                                     const int32_t* starts) {
   std::vector<std::pair<int64_t, int64_t>> rows;  // (sequence, position) of each output row, in row order
   for (size_t i = 0; i < seqs.size(); ++i)
     for (int64_t s = 0; s < seqs[i].length; ++s) rows.emplace_back(static_cast<int64_t>(i), s);
@@ -26,9 +27,11 @@ void causal_conv1d_forward_sequences(const float* x, int64_t x_stride, const flo
       const ConvSequence& q = seqs[static_cast<size_t>(rows[static_cast<size_t>(r)].first)];
       const int64_t s = rows[static_cast<size_t>(r)].second;
       float* out = y + (q.first + s * q.stride) * C;
+      const int64_t first = starts ? starts[q.first + s * q.stride] : 0;  // the document's first position
       for (int64_t c = 0; c < C; ++c) out[c] = bias ? bias[c] : 0.0f;
       for (int64_t k = 0; k < K; ++k) {
         const int64_t s2 = s - K + 1 + k;
+        if (starts && s2 < first) continue;  // before the packed document: zero (no decoding state there)
         const float* in = s2 >= 0  ? x + (q.first + s2 * q.stride) * x_stride
                           : q.state ? q.state + (K - 1 + s2) * C
                                     : nullptr;
@@ -77,16 +80,18 @@ void check_conv_sequences(const std::vector<ConvSequence>& seqs, int64_t T, cons
 }
 
 void causal_conv1d_backward(const float* dy, const float* x, int64_t x_stride, const float* w, float* dx,
-                            int64_t dx_stride, float* dw, float* db, int64_t C, int64_t K, int64_t S, int64_t B) {
+                            int64_t dx_stride, float* dw, float* db, int64_t C, int64_t K, int64_t S, int64_t B,
+                            const int32_t* starts) {
   parallel_for(C, 16, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c)
       for (int64_t b = 0; b < B; ++b)
         for (int64_t s = 0; s < S; ++s) {
           const float g = dy[(s * B + b) * C + c];
           if (db) db[c] += g;
+          const int64_t first = starts ? starts[s * B + b] : 0;
           for (int64_t k = 0; k < K; ++k) {
             const int64_t s2 = s - K + 1 + k;
-            if (s2 < 0) continue;
+            if (s2 < first) continue;
             const int64_t t2 = s2 * B + b;
             if (dw) dw[c * K + k] += g * x[t2 * x_stride + c];
             dx[t2 * dx_stride + c] += w[c * K + k] * g;

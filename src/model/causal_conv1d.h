@@ -29,13 +29,17 @@ void causal_conv1d_forward(const float* x, int64_t x_stride, const float* w, con
                            int64_t K, int64_t S, int64_t B);
 // y row t for every row t of the sequences (which cover each row at most once); then each state
 // gets its sequence's last K−1 inputs. causal_conv1d_forward is this with sample b's rows b, b + B, ...
+// `starts` (packed sequences, model/document_starts.h; null: none) gives for each row t its
+// document's first position in its sequence: row t reads no input before it (zero, as before s = 0).
 void causal_conv1d_forward_sequences(const float* x, int64_t x_stride, const float* w, const float* bias, float* y,
-                                     int64_t C, int64_t K, const std::vector<ConvSequence>& seqs);
+                                     int64_t C, int64_t K, const std::vector<ConvSequence>& seqs,
+                                     const int32_t* starts = nullptr);
 // GALE_CHECKs that the sequences' rows cover rows [0, T) exactly once (`who` names the caller).
 void check_conv_sequences(const std::vector<ConvSequence>& seqs, int64_t T, const char* who);
 // From dy [T, C]: dx (stride dx_stride) += ∂/∂x, dw [C, K] += ∂/∂w, db [C] += ∂/∂bias; null
-// dw / db: not accumulated.
+// dw / db: not accumulated. `starts` as the forward's (rows t = s·B + b).
 void causal_conv1d_backward(const float* dy, const float* x, int64_t x_stride, const float* w, float* dx,
-                            int64_t dx_stride, float* dw, float* db, int64_t C, int64_t K, int64_t S, int64_t B);
+                            int64_t dx_stride, float* dw, float* db, int64_t C, int64_t K, int64_t S, int64_t B,
+                            const int32_t* starts = nullptr);
 
 }  // namespace gale

@@ -62,6 +62,7 @@ MicroBatch slice_micro_batch(const MicroBatch& full, const ContextSplit& split) 
   mb.position_ids = slice_rows(full.position_ids, full.B, full.S, pos);
   mb.document_ids = slice_rows(full.document_ids, full.B, full.S, pos);
   mb.key_document_ids = full.document_ids;
+  mb.packed_sequences = full.packed_sequences;
   mb.sample_ids = full.sample_ids;
   mb.seq_positions = pos;
   mb.cp_layout = split.layout;

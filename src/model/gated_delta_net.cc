@@ -8,6 +8,7 @@
 
 #include "core/threads.h"
 #include "model/causal_conv1d.h"
+#include "model/document_starts.h"
 #include "model/gdn_context_parallel.h"
 #include "model/norm_weight.h"
 #include "model/param_builders.h"
@@ -190,7 +191,7 @@ namespace {
 // The mixer over sequences of rows (gdn_forward: one per sample, no states).
 // Under context parallelism `seqs` cover the rows after the all-to-all (whole sequences).
 Tensor forward(const GdnDims& d_tp, const GdnWeights& w_tp, const Tensor& u, const std::vector<GdnSequence>& seqs,
-               DType gemm_dtype, GdnSaved* saved) {
+               DType gemm_dtype, GdnSaved* saved, const std::vector<int32_t>& starts_v) {
   Tensor u_saved;
   Tensor zx = column_parallel_linear_forward(w_tp.tp, u, w_tp.in_proj, &u_saved);  // [T, R] (gathered under SP)
   Tensor lora_in_u, lora_out_u;  // the adapters' x·Aᵀ (TP 1: u is in_proj's whole input)
@@ -208,9 +209,12 @@ Tensor forward(const GdnDims& d_tp, const GdnWeights& w_tp, const Tensor& u, con
   for (const GdnSequence& q : seqs)
     conv_seqs.push_back(ConvSequence{q.first, q.stride, q.length, q.conv_state, q.conv_steps});
   check_conv_sequences(conv_seqs, T, "gated delta net");
+  GALE_CHECK(starts_v.empty() || static_cast<int64_t>(starts_v.size()) == T)
+      << "gated delta net: " << starts_v.size() << " document starts for " << T << " rows";
+  const int32_t* starts = starts_v.empty() ? nullptr : starts_v.data();
   const float* zxp = zx.data<float>();
   Tensor conv_pre = Tensor::empty({T, CD});
-  causal_conv1d_forward_sequences(zxp, of.R, w.conv_w, nullptr, conv_pre.data<float>(), CD, d.K, conv_seqs);
+  causal_conv1d_forward_sequences(zxp, of.R, w.conv_w, nullptr, conv_pre.data<float>(), CD, d.K, conv_seqs, starts);
   Prepared p = prepare(d, w, zxp, conv_pre.data<float>(), T);
   Tensor o = Tensor::empty({T, VD});
   {
@@ -230,6 +234,7 @@ Tensor forward(const GdnDims& d_tp, const GdnWeights& w_tp, const Tensor& u, con
           const float* q = x + t * CD + kh * DK;
           const float* k = x + t * CD + d.qk_dim() + kh * DK;
           const float* v = x + t * CD + 2 * d.qk_dim() + h * DV;
+          if (starts_document(starts, t, s)) std::fill(st.begin(), st.end(), 0.0f);  // a packed document's start
           delta_step(st.data(), k, v, std::exp(g[t * NV + h]), beta[t * NV + h], tmp.data(), DK, DV);
           float* out = op + t * VD + h * DV;
           std::fill(out, out + DV, 0.0f);
@@ -274,6 +279,7 @@ Tensor forward(const GdnDims& d_tp, const GdnWeights& w_tp, const Tensor& u, con
     saved->o = o;
     saved->rstd = rstd;
     saved->normed = normed_in;
+    saved->starts = starts_v;
   }
   return out;
 }
@@ -281,20 +287,20 @@ Tensor forward(const GdnDims& d_tp, const GdnWeights& w_tp, const Tensor& u, con
 }  // namespace
 
 Tensor gdn_forward(const GdnDims& d, const GdnWeights& w, const Tensor& u, int64_t S, int64_t B, DType gemm_dtype,
-                   GdnSaved* saved) {
+                   GdnSaved* saved, const std::vector<int32_t>& starts) {
   if (w.cp.on()) {
     GALE_CHECK_EQ(S, w.cp.split->local_length());
     S = w.cp.split->seq_length;  // the recurrence runs over whole sequences
   }
   std::vector<GdnSequence> seqs(static_cast<size_t>(B));  // S·B rows after in_proj's SP gather (and CP's all-to-all)
   for (int64_t b = 0; b < B; ++b) seqs[static_cast<size_t>(b)] = GdnSequence{b, B, S, nullptr, nullptr};
-  return forward(d, w, u, seqs, gemm_dtype, saved);
+  return forward(d, w, u, seqs, gemm_dtype, saved, starts);
 }
 
 Tensor gdn_forward_sequences(const GdnDims& d, const GdnWeights& w, const Tensor& u,
                              const std::vector<GdnSequence>& seqs, DType gemm_dtype) {
   GALE_CHECK(!w.cp.on()) << "Gated DeltaNet decoding under context parallelism";
-  return forward(d, w, u, seqs, gemm_dtype, nullptr);
+  return forward(d, w, u, seqs, gemm_dtype, nullptr, {});
 }
 
 Tensor gdn_backward(const GdnDims& d_tp, const GdnWeights& w_tp, GdnSaved& sv, const Tensor& d_out, int64_t S,
@@ -313,6 +319,10 @@ Tensor gdn_backward(const GdnDims& d_tp, const GdnWeights& w_tp, GdnSaved& sv, c
   const int64_t T = S * B, CD = d.conv_dim(), NV = d.NV, NK = d.NK, DK = d.DK, DV = d.DV, VD = d.v_dim();
   const int64_t r = NV / NK, QK = d.qk_dim();
   const float scale = 1.0f / std::sqrt(static_cast<float>(DK));
+  const std::vector<int32_t> starts_v = std::move(sv.starts);
+  GALE_CHECK(starts_v.empty() || static_cast<int64_t>(starts_v.size()) == T)
+      << "gated delta net backward: " << starts_v.size() << " document starts for " << T << " rows";
+  const int32_t* starts = starts_v.empty() ? nullptr : starts_v.data();
   const float* zxp = sv.zx.data<float>();
   Tensor d_zx = Tensor::zeros({T, of.R});
   float* dzx = d_zx.data<float>();
@@ -367,6 +377,7 @@ Tensor gdn_backward(const GdnDims& d_tp, const GdnWeights& w_tp, GdnSaved& sv, c
       std::vector<float> ckpt(static_cast<size_t>(chunks * SZ)), states(static_cast<size_t>((kChunk + 1) * SZ));
       std::vector<float> ds(static_cast<size_t>(SZ)), pm(static_cast<size_t>(SZ)), tmp(static_cast<size_t>(DV));
       std::vector<float> kvv(static_cast<size_t>(DV)), uu(static_cast<size_t>(DV)), du(static_cast<size_t>(DV));
+      const std::vector<float> zero(static_cast<size_t>(SZ), 0.0f);  // the state before a packed document
       for (int64_t task = b0; task < e0; ++task) {
         const int64_t b = task / NV, h = task % NV, kh = h / r;
         auto q_at = [&](int64_t t) { return x + t * CD + kh * DK; };
@@ -375,8 +386,9 @@ Tensor gdn_backward(const GdnDims& d_tp, const GdnWeights& w_tp, GdnSaved& sv, c
         // forward again, keeping the state at each chunk's start
         std::vector<float> st(static_cast<size_t>(SZ), 0.0f);
         for (int64_t s = 0; s < S; ++s) {
-          if (s % kChunk == 0) std::copy(st.begin(), st.end(), ckpt.begin() + (s / kChunk) * SZ);
           const int64_t t = s * B + b;
+          if (starts_document(starts, t, s)) std::fill(st.begin(), st.end(), 0.0f);
+          if (s % kChunk == 0) std::copy(st.begin(), st.end(), ckpt.begin() + (s / kChunk) * SZ);
           delta_step(st.data(), k_at(t), v_at(t), std::exp(g[t * NV + h]), beta[t * NV + h], tmp.data(), DK, DV);
         }
         std::fill(ds.begin(), ds.end(), 0.0f);
@@ -385,13 +397,17 @@ Tensor gdn_backward(const GdnDims& d_tp, const GdnWeights& w_tp, GdnSaved& sv, c
           std::copy(ckpt.begin() + c * SZ, ckpt.begin() + (c + 1) * SZ, states.begin());
           for (int64_t i = 0; i < len; ++i) {
             const int64_t t = (s0 + i) * B + b;
-            std::copy(states.begin() + i * SZ, states.begin() + (i + 1) * SZ, states.begin() + (i + 1) * SZ);
+            if (starts_document(starts, t, s0 + i))  // the step reads the zero state (none before the document)
+              std::fill(states.begin() + (i + 1) * SZ, states.begin() + (i + 2) * SZ, 0.0f);
+            else
+              std::copy(states.begin() + i * SZ, states.begin() + (i + 1) * SZ, states.begin() + (i + 1) * SZ);
             delta_step(states.data() + (i + 1) * SZ, k_at(t), v_at(t), std::exp(g[t * NV + h]), beta[t * NV + h],
                        tmp.data(), DK, DV);
           }
           for (int64_t i = len - 1; i >= 0; --i) {
             const int64_t t = (s0 + i) * B + b;
-            const float* prev = states.data() + i * SZ;
+            const bool reset = starts_document(starts, t, s0 + i);  // the step read the zero state
+            const float* prev = reset ? zero.data() : states.data() + i * SZ;
             const float* cur = states.data() + (i + 1) * SZ;
             const float *q = q_at(t), *k = k_at(t), *v = v_at(t), *dov = dop + t * VD + h * DV;
             const float a = std::exp(g[t * NV + h]), bt = beta[t * NV + h];
@@ -437,7 +453,7 @@ Tensor gdn_backward(const GdnDims& d_tp, const GdnWeights& w_tp, GdnSaved& sv, c
                 acc += static_cast<double>(pm[n]) * du[static_cast<size_t>(j)];
                 const float dp = ds[n] + k[ii] * du[static_cast<size_t>(j)];
                 da += static_cast<double>(dp) * prev[n];
-                ds[n] = a * dp;
+                ds[n] = reset ? 0.0f : a * dp;  // a document's start: nothing flows to the position before
               }
               dk[ii] += static_cast<float>(acc);
             }
@@ -489,7 +505,7 @@ Tensor gdn_backward(const GdnDims& d_tp, const GdnWeights& w_tp, GdnSaved& sv, c
     float* dx = d_qkv.data<float>();
     const float* cp = sv.conv_pre.data<float>();
     for (int64_t i = 0; i < T * CD; ++i) dx[i] *= dsiluf(cp[i]);
-    causal_conv1d_backward(dx, zxp, of.R, w.conv_w, dzx, of.R, w.g_conv_w, nullptr, CD, d.K, S, B);
+    causal_conv1d_backward(dx, zxp, of.R, w.conv_w, dzx, of.R, w.g_conv_w, nullptr, CD, d.K, S, B, starts);
   }
   sv.conv_pre = Tensor();
   cpw.add_grads();

@@ -99,14 +99,19 @@ struct GdnSaved {
   Tensor rstd;      // [T, NV] the output norm's 1/rms per head
   Tensor normed;    // [T, NV·DV] out_proj's input (GEMM input type)
   Tensor lora_in_u, lora_out_u;  // the adapters' x·Aᵀ (model/lora.h), when adapted
+  std::vector<int32_t> starts;   // packed sequences: each recurrence row's document start (empty: none)
   bool defined() const { return u.defined(); }
 };
 
 // out [T, H] of u [T, H] (rows t = s·B + b; `d` this rank's dims, GdnDims::tp_local). Under
 // sequence parallelism u and out are this rank's [T/TP, H] rows; under context parallelism S is
 // this cp rank's positions (w.cp.split's local length). `saved` null: nothing kept.
+// Packed sequences (model/document_starts.h): `starts` [S_run·B] (S_run the whole sequence's
+// length under CP) gives each row its document's first position; the convolution reads nothing
+// before it and the delta rule restarts there from the zero state (FLA's cu_seqlens), in forward
+// and backward.
 Tensor gdn_forward(const GdnDims& d, const GdnWeights& w, const Tensor& u, int64_t S, int64_t B, DType gemm_dtype,
-                   GdnSaved* saved);
+                   GdnSaved* saved, const std::vector<int32_t>& starts = {});
 // Decoding (model/mamba_state.h): one sequence's rows of the mixer's input, positions 0 .. length−1
 // (after the ones its state has seen) at rows first + s·stride. conv_state [K−1, conv_dim] holds
 // the convolution's last K−1 inputs (q | k | v before it) and rec_state [NV, DK, DV] the delta

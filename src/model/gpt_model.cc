@@ -45,10 +45,16 @@ struct MtpSaved {
 
 // Megatron's roll_tensor(shifts=-1) along the sequence of [S, B]-ordered values: position s takes
 // position s + 1's value, the last position 0.
+// With packed sequences (MicroBatch::packed_sequences; Megatron's _roll_tensor_packed_seq) `doc_sb`
+// holds the [S, B]-ordered document ids and each document rolls on its own: its last position takes 0.
 template <typename V>
-void roll_left(std::vector<V>& v, int64_t S, int64_t B) {
+void roll_left(std::vector<V>& v, int64_t S, int64_t B, const std::vector<int32_t>& doc_sb = {}) {
+  const bool packed = !doc_sb.empty();
   for (int64_t s = 0; s + 1 < S; ++s)
-    for (int64_t b = 0; b < B; ++b) v[s * B + b] = v[(s + 1) * B + b];
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t t = s * B + b, next = t + B;
+      v[t] = !packed || doc_sb[t] == doc_sb[next] ? v[next] : V(0);
+    }
   for (int64_t b = 0; b < B; ++b) v[(S - 1) * B + b] = V(0);
 }
 
@@ -738,6 +744,13 @@ void GPTModel::mtp_forward(State& st, const Tensor& h0) {
   Communicator& tp = *part_.tp;
   std::vector<int32_t> tokens = st.tokens_sb, positions = st.positions_sb, labels = st.labels_sb;
   std::vector<float> mask = st.mask_sb;
+  std::vector<int32_t> doc_sb;  // packed sequences: each document rolls on its own ([S, B] order)
+  if (st.mb.packed_sequences && !st.mb.document_ids.empty()) {
+    GALE_CHECK(st.mb.key_document_ids.empty()) << "MTP over packed sequences under context parallelism";
+    doc_sb.resize(static_cast<size_t>(S * B));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t s = 0; s < S; ++s) doc_sb[s * B + b] = st.mb.document_ids[b * S + s];
+  }
   // MTPLossAutoScaler: each MTP loss's gradient is the main loss's backward scale (the --fp16 loss
   // scale / micro-batches) times mtp_loss_scaling_factor / D / max(1, Σ mask_k). With
   // --calculate-per-token-loss (Megatron's process_mtp_loss in that mode) the scale is the --fp16
@@ -753,10 +766,10 @@ void GPTModel::mtp_forward(State& st, const Tensor& h0) {
   for (int64_t k = 0; k < D; ++k) {
     const MtpParamIds& w = mtp_[static_cast<size_t>(k)];
     MtpSaved& m = st.mtp[static_cast<size_t>(k)];
-    roll_left(tokens, S, B);
-    roll_left(positions, S, B);
-    roll_left(labels, S, B);
-    roll_left(mask, S, B);
+    roll_left(tokens, S, B, doc_sb);
+    roll_left(positions, S, B, doc_sb);
+    roll_left(labels, S, B, doc_sb);
+    roll_left(mask, S, B, doc_sb);
     double n = 0.0;
     for (float v : mask) n += v;
     // --embed-layernorm: the rolled ids' embedding goes through the same norm (MindSpeed-LLM's norm is

@@ -8,6 +8,7 @@
 
 #include "core/threads.h"
 #include "model/causal_conv1d.h"
+#include "model/document_starts.h"
 #include "model/mamba_context_parallel.h"
 #include "model/norm_weight.h"
 #include "model/param_builders.h"
@@ -222,7 +223,7 @@ namespace {
 
 Tensor mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const Tensor& u,
                      const std::vector<MambaSequence>& seqs, DType gemm_dtype, MambaMixerSaved* saved,
-                     bool training_states) {
+                     bool training_states, const std::vector<int32_t>& starts_v) {
   Tensor u_saved;
   // [T, R]: this rank's positions of the sequence (gathered under SP)
   Tensor zx_seq = column_parallel_linear_forward(w.tp, u, w.in_proj, &u_saved);
@@ -243,10 +244,14 @@ Tensor mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const Tenso
   for (const MambaSequence& q : seqs)
     conv_seqs.push_back(ConvSequence{q.first, q.stride, q.length, q.conv_state, q.conv_steps});
   check_conv_sequences(conv_seqs, T, "mamba mixer");
+  GALE_CHECK(starts_v.empty() || static_cast<int64_t>(starts_v.size()) == T)
+      << "mamba mixer: " << starts_v.size() << " document starts for " << T << " rows";
+  const int32_t* starts = starts_v.empty() ? nullptr : starts_v.data();
   const float* zxp = zx.data<float>();
   Tensor conv_pre = Tensor::empty({T, CD});
   // Before each sequence's position 0 its conv_state's inputs (zero without one); then its last K−1 inputs.
-  causal_conv1d_forward_sequences(zxp + o.xbc, o.R, wc.conv_w, wc.conv_b, conv_pre.data<float>(), CD, dc.K, conv_seqs);
+  causal_conv1d_forward_sequences(zxp + o.xbc, o.R, wc.conv_w, wc.conv_b, conv_pre.data<float>(), CD, dc.K, conv_seqs,
+                                  starts);
   Tensor xbc = Tensor::empty({T, CD});
   {
     const float* cp = conv_pre.data<float>();
@@ -285,11 +290,14 @@ Tensor mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const Tenso
           const float* x = xp + t * CD + h * P;
           const float* Bv = xp + t * CD + DI + g * N;
           const float* Cv = xp + t * CD + DI + G * N + g * N;
+          const bool reset = starts_document(starts, t, s);  // a packed document's first position
+          if (reset) std::fill(st.begin(), st.end(), 0.0f);
           if (round_states) {
             if (s > 0 && s % wc.chunk == 0) {
               for (int64_t i = 0; i < P * N; ++i) err[i] = stored_as(wc.ssm_states, st[i]) - st[i];
               decay = 1.0f;
             }
+            if (reset) decay = 0.0f;  // the chunk's stored entering state stays before the document
             decay *= a;
             for (int64_t p = 0; p < P; ++p) {
               float* sp = st.data() + p * N;
@@ -335,6 +343,7 @@ Tensor mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const Tenso
     if (use_cp) saved->gated = g;
     saved->rstd = rstd;
     saved->normed = normed_in;
+    saved->starts = starts_v;
   }
   return out;
 }
@@ -342,17 +351,17 @@ Tensor mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const Tenso
 }  // namespace
 
 Tensor mamba_mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const Tensor& u, int64_t S, int64_t B,
-                           DType gemm_dtype, MambaMixerSaved* saved) {
+                           DType gemm_dtype, MambaMixerSaved* saved, const std::vector<int32_t>& starts) {
   const int64_t S_run = w.cp.on() ? w.cp.split->seq_length : S;  // CP: the scan runs on whole sequences
   std::vector<MambaSequence> seqs(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) seqs[static_cast<size_t>(b)] = MambaSequence{b, B, S_run, nullptr, nullptr};
-  return mixer_forward(d, w, u, seqs, gemm_dtype, saved, /*training_states=*/true);
+  return mixer_forward(d, w, u, seqs, gemm_dtype, saved, /*training_states=*/true, starts);
 }
 
 Tensor mamba_mixer_forward_sequences(const MambaDims& d, const MambaMixerWeights& w, const Tensor& u,
                                      const std::vector<MambaSequence>& seqs, DType gemm_dtype) {
   GALE_CHECK(!w.cp.on()) << "mamba_mixer_forward_sequences: no context parallelism";
-  return mixer_forward(d, w, u, seqs, gemm_dtype, nullptr, /*training_states=*/false);
+  return mixer_forward(d, w, u, seqs, gemm_dtype, nullptr, /*training_states=*/false, {});
 }
 
 Tensor mamba_mixer_backward(const MambaDims& d, const MambaMixerWeights& w, MambaMixerSaved& sv, const Tensor& d_out,
@@ -366,6 +375,10 @@ Tensor mamba_mixer_backward(const MambaDims& d, const MambaMixerWeights& w, Mamb
   const Offsets o(dc);
   const int64_t T = S * B, CD = dc.conv_dim(), DI = dc.DI, NH = dc.NH, P = dc.P, N = dc.N, G = dc.G, K = dc.K;
   const int64_t heads_per_group = NH / G;
+  const std::vector<int32_t> starts_v = std::move(sv.starts);
+  GALE_CHECK(starts_v.empty() || static_cast<int64_t>(starts_v.size()) == T)
+      << "mamba mixer backward: " << starts_v.size() << " document starts for " << T << " rows";
+  const int32_t* starts = starts_v.empty() ? nullptr : starts_v.data();
   Tensor d_normed = row_parallel_linear_backward(w.tp, d_out, sv.normed, w.out_proj);  // [T_local, DI of d]
   sv.normed = Tensor();
   Tensor dg;
@@ -416,11 +429,12 @@ Tensor mamba_mixer_backward(const MambaDims& d, const MambaMixerWeights& w, Mamb
           const float* x = xp + t * CD + h * P;
           const float* Bv = xp + t * CD + DI + g * N;
           float* cur = states.data() + s * P * N;
-          const float* prev = s > 0 ? cur - P * N : nullptr;
+          const bool reset = starts_document(starts, t, s);
+          const float* prev = s > 0 && !reset ? cur - P * N : nullptr;
           for (int64_t p = 0; p < P; ++p)
             for (int64_t n = 0; n < N; ++n)
               cur[p * N + n] = (prev ? a * prev[p * N + n] : 0.0f) + dt * x[p] * Bv[n];
-          if (round_states) decay[s] = (s % Q == 0 ? 1.0f : decay[s - 1]) * a;
+          if (round_states) decay[s] = reset ? 0.0f : (s % Q == 0 ? 1.0f : decay[s - 1]) * a;
         }
         if (round_states) {
           std::fill(err.begin(), err.begin() + P * N, 0.0f);  // chunk 0 enters with the zero state
@@ -443,7 +457,8 @@ Tensor mamba_mixer_backward(const MambaDims& d, const MambaMixerWeights& w, Mamb
           float* dC = dxp + t * CD + DI + G * N + g * N;
           const float* dyv = dyp + t * DI + h * P;
           const float* cur = states.data() + s * P * N;
-          const float* prev = s > 0 ? cur - P * N : nullptr;
+          const bool reset = starts_document(starts, t, s);  // the state before it does not reach s
+          const float* prev = s > 0 && !reset ? cur - P * N : nullptr;
           double da = 0.0, ddt = 0.0;
           if (round_states) {
             const float* ep = err.data() + (s / Q) * P * N;
@@ -476,7 +491,7 @@ Tensor mamba_mixer_backward(const MambaDims& d, const MambaMixerWeights& w, Mamb
           ddt += da * a * A;
           dA += da * a * dt;
           ddtp[t * NH + h] = static_cast<float>(ddt);
-          for (float& v : dst) v *= a;
+          for (float& v : dst) v = reset ? 0.0f : v * a;
         }
         d_alog[static_cast<size_t>(b * NH + h)] = dA * A;
         d_dd[static_cast<size_t>(b * NH + h)] = dD;
@@ -497,7 +512,8 @@ Tensor mamba_mixer_backward(const MambaDims& d, const MambaMixerWeights& w, Mamb
     }
   // SiLU and the convolution: channels are independent.
   for (int64_t i = 0; i < T * CD; ++i) dxp[i] *= dsiluf(cp[i]);  // now d conv_pre
-  causal_conv1d_backward(dxp, zxp + o.xbc, o.R, wc.conv_w, dzx + o.xbc, o.R, wc.g_conv_w, wc.g_conv_b, CD, K, S, B);
+  causal_conv1d_backward(dxp, zxp + o.xbc, o.R, wc.conv_w, dzx + o.xbc, o.R, wc.g_conv_w, wc.g_conv_b, CD, K, S, B,
+                         starts);
   sv.conv_pre = Tensor();
   if (use_cp) {
     d_zx = mamba_cp_seq_to_heads_backward(w.cp, d, d_zx);
@@ -559,7 +575,7 @@ Tensor mamba_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, const 
   const MambaMixerWeights mw = mixer_weights(rt, pb, w);
   const std::vector<MambaSequence> seqs = decoding_sequences(rt, layer);
   Tensor out = seqs.empty() ? mamba_mixer_forward(d, mw, u, rt.mb->S, rt.mb->B, c.gemm_dtype(),
-                                                  saved ? &saved->mixer : nullptr)
+                                                  saved ? &saved->mixer : nullptr, scan_document_starts(*rt.mb))
                             : mamba_mixer_forward_sequences(d, mw, u, seqs, c.gemm_dtype());
   Tensor x_out = Tensor::empty({T, H});
   ops.bias_dropout_add(out.data<float>(), nullptr, x_in.data<float>(), x_out.data<float>(), T, H,

@@ -123,13 +123,19 @@ struct MambaMixerSaved {
   Tensor gated;     // CP only: [T, DI] the gated norm's input y·silu(z) (without CP recomputed)
   Tensor rstd;      // [T, G] the gated norm's 1/rms per group
   Tensor normed;    // [T, DI] out_proj's input (GEMM input type)
+  std::vector<int32_t> starts;  // packed sequences: each scan row's document start (empty: none)
 };
 
 // out [T, H] of u [T, H] (rows t = s·B + b; `d` this TP rank's dims, MambaDims::tp_local). Under
 // sequence parallelism u and out are this rank's [T/TP, H] rows; under context parallelism (w.cp)
 // S is this cp rank's share of the sequence. `saved` null: nothing kept.
+// Packed sequences (model/document_starts.h): `starts` [S_run·B] (S_run the whole sequence's
+// length under CP) gives each scan row its document's first position; the convolution reads
+// nothing before it and the scan restarts there from the zero state (mamba_ssm's seq_idx), in
+// forward and backward. With --mamba-training-ssm-states-dtype the chunks stay those of the whole
+// row (positions c·Q), the stored entering state no longer reaching past a document's start.
 Tensor mamba_mixer_forward(const MambaDims& d, const MambaMixerWeights& w, const Tensor& u, int64_t S, int64_t B,
-                           DType gemm_dtype, MambaMixerSaved* saved);
+                           DType gemm_dtype, MambaMixerSaved* saved, const std::vector<int32_t>& starts = {});
 
 // One sequence's rows of the mixer's input: positions 0 .. length−1 (after the ones its state has
 // seen) are rows first + s·stride. With a decoding state (model/mamba_state.h; both null: the state

@@ -24,6 +24,11 @@ struct MicroBatch {
   std::vector<float> loss_mask;       // [B, S]
   std::vector<int32_t> position_ids;  // [B, S]
   std::vector<int32_t> document_ids;  // [B, S], or empty when attention is plain causal
+  // The documents are packed sequences (Megatron's packed_seq_params / cu_seqlens; GRPO's
+  // --rl-use-sequence-packing): besides attention, the Mamba and Gated DeltaNet scans and
+  // convolutions and the MTP rolls restart at each document (model/document_starts.h). Without it
+  // (--reset-attention-mask) only attention does, as in Megatron's pretraining.
+  bool packed_sequences = false;
   std::vector<int64_t> sample_ids;    // [B]: global index of each sample in the training stream (dropout streams)
   std::vector<int32_t> seq_positions;     // [S]: global position of each local position (empty: 0..S-1)
   std::vector<int32_t> key_document_ids;  // [B, S_global] with context parallelism and document ids, else empty

@@ -8,6 +8,7 @@
 #include "core/rng.h"
 #include "kernels/flop_counter.h"
 #include "model/attention_output_gate.h"
+#include "model/document_starts.h"
 #include "model/layer_shares.h"
 #include "model/head_norm.h"
 #include "model/hybrid_layers.h"
@@ -494,7 +495,8 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
       std::vector<GdnSequence> seqs;  // decoding: each sample's or request's rows with its state
       for (const RecurrentRows& r : recurrent_decoding_rows(rt.kv_cache, rt.ragged_kv, B, S, layer - part.first_layer))
         seqs.push_back(GdnSequence{r.first, r.stride, r.length, r.conv, r.ssm, r.conv_steps, r.ssm_steps});
-      proj = seqs.empty() ? gdn_forward(gdn_dims(rt), gw, x_norm, S, B, gemm_dtype, saved ? &saved->gdn : nullptr)
+      proj = seqs.empty() ? gdn_forward(gdn_dims(rt), gw, x_norm, S, B, gemm_dtype, saved ? &saved->gdn : nullptr,
+                                        scan_document_starts(*rt.mb))
                           : gdn_forward_sequences(gdn_dims(rt), gw, x_norm, seqs, gemm_dtype);
     } else if (w.linear_attn_w >= 0) {  // a heterogeneous layer's linear replacement: norm1, W (bias inside)
       const Tensor x_norm = to_gemm_input(norm_forward(rt, pb, w.norm1_w, w.norm1_b, x_in, &norm1_stats), gemm_dtype);

@@ -28,8 +28,13 @@ MicroBatch grpo_micro_batch(const GrpoRollouts& rollouts, int64_t first, int64_t
 }
 
 void grpo_mtp_loss_mask(MicroBatch* mb) {
+  const bool packed = mb->packed_sequences && !mb->document_ids.empty();
   for (int64_t b = 0; b < mb->B; ++b)
-    for (int64_t s = 0; s < mb->S; ++s) mb->loss_mask[b * mb->S + s] = s + 1 < mb->S ? 1.0f : 0.0f;
+    for (int64_t s = 0; s < mb->S; ++s) {
+      const int64_t t = b * mb->S + s;
+      const bool label = s + 1 < mb->S && (!packed || mb->document_ids[t + 1] == mb->document_ids[t]);
+      mb->loss_mask[t] = label ? 1.0f : 0.0f;
+    }
 }
 
 std::vector<double> grpo_token_logprobs(GPTModel& model, const MicroBatch& mb) {
@@ -360,7 +365,7 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, const 
     auto source = [&](int64_t m, MicroBatch* mb) {
       const int64_t first = local_batch(m) * mbs;
       MicroBatch whole = grpo_rows_micro_batch(rows, first, mbs, pad, collected_at * R + dp_rank * rows.rows + first);
-      if (mtp_layers > 0) grpo_mtp_loss_mask(&whole);  // the MTP losses' mask (no CP, no packing with MTP)
+      if (mtp_layers > 0) grpo_mtp_loss_mask(&whole);  // the MTP losses' mask (no CP with MTP)
       return cp_slice(std::move(whole), mb, &positions[m]);
     };
     // On the loss stage, after each micro-batch's training forward: its GRPO loss from the forward's

@@ -56,8 +56,10 @@ MicroBatch grpo_micro_batch(const GrpoRollouts& rollouts, int64_t first, int64_t
 
 // --mtp-num-layers: Megatron's RL training forward passes no labels and no loss mask, so its MTP
 // losses (process_mtp_loss) take the labels from the tokens and every position whose rolled label
-// exists. Makes `mb`'s loss mask that: 1 but at each row's last position (whose label is the pad).
-// The GRPO policy term keeps the rollouts' mask through its per-token weights (zero elsewhere).
+// exists. Makes `mb`'s loss mask that: 1 but at each row's last position (whose label is the pad);
+// packed (mb.packed_sequences), 1 but at each document's last position (Megatron rolls the tokens
+// and the mask within each packed sequence, cu_seqlens). The GRPO policy term keeps the rollouts'
+// mask through its per-token weights (zero elsewhere).
 void grpo_mtp_loss_mask(MicroBatch* mb);
 
 // log p(label) of every position of `mb` [B, S] from an evaluation forward of `model` (nothing kept).

@@ -127,9 +127,6 @@ Status validate_grpo_args(const GrpoArgs& g, const Arguments& a, const ArgParser
     return InvalidArgument("--rl-use-sequence-packing: micro_batch_size must be 1 when using sequence packing. To "
                            "increase compute per micro batch increase the sequence length. (found --micro-batch-size ",
                            a.training.micro_batch_size, ")");
-  if (g.rl_use_sequence_packing && (a.model.is_hybrid_model || a.model.experimental_attention_variant == "gdn"))
-    return Unimplemented("--rl-use-sequence-packing with Mamba or Gated DeltaNet layers: not supported yet (Gale's "
-                         "scans run across the packed rollouts' boundaries)");
   if (g.rl_sequence_packing_max_sequences_per_bin < 1)
     return InvalidArgument("--rl-sequence-packing-max-sequences-per-bin: expected a positive number, found ",
                            g.rl_sequence_packing_max_sequences_per_bin);
@@ -150,8 +147,6 @@ Status validate_grpo_args(const GrpoArgs& g, const Arguments& a, const ArgParser
   if (!a.training.rampup_batch_size.empty())  // Megatron's RL iterator cuts collections by args.global_batch_size
     return Unimplemented("--perform-rl-step with --rampup-batch-size: not supported (Megatron's RL cuts each "
                          "collection into whole --global-batch-size batches; a ramping batch size does not)");
-  if (g.rl_use_sequence_packing && a.model.mtp_num_layers != kUnset && a.model.mtp_num_layers > 0)
-    return refuse("--rl-use-sequence-packing and --mtp-num-layers (Gale's MTP rolls would cross the packed rollouts)");
   if (!a.data.data_path.empty() || !a.data.data_args_path.empty() || !a.data.train_data_path.empty())
     return InvalidArgument("--data-path with --perform-rl-step: expected none (the prompts come from "
                            "--langrl-env-config)");

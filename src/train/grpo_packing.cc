@@ -144,7 +144,10 @@ MicroBatch grpo_rows_micro_batch(const GrpoTrainingRows& t, int64_t first, int64
   mb.tokens.assign(t.tokens.begin() + from, t.tokens.begin() + to);
   mb.loss_mask.assign(t.loss_mask.begin() + from, t.loss_mask.begin() + to);
   mb.position_ids.assign(t.position_ids.begin() + from, t.position_ids.begin() + to);
-  if (!t.document_ids.empty()) mb.document_ids.assign(t.document_ids.begin() + from, t.document_ids.begin() + to);
+  if (!t.document_ids.empty()) {
+    mb.document_ids.assign(t.document_ids.begin() + from, t.document_ids.begin() + to);
+    mb.packed_sequences = true;  // Megatron's packed_seq_params: the recurrent layers and MTP restart per rollout
+  }
   mb.labels.resize(static_cast<size_t>(n * S));
   mb.sample_ids.resize(static_cast<size_t>(n));
   for (int64_t b = 0; b < n; ++b) {

@@ -298,6 +298,92 @@ TEST(GalePretrainGrpo, SequencePackingTrainsOnBinsAcrossLayouts) {
     expect_layout_reproduces(one, flags, layout);
 }
 
+// --rl-use-sequence-packing with recurrent layers and MTP: `model` packed trains on bins whose
+// first iteration's entropy (every rollout's tokens, policy = π_old) is the unpacked run's, which
+// holds only when the Mamba and Gated DeltaNet scans restart at each rollout. (A rollout without
+// generated tokens is a micro-batch of its own unpacked, counting one token of ratio 0, as Megatron's:
+// the unpacked token means are then over E more tokens, N/(N+E) = the unpacked ratio, while every
+// bin holds tokens, ratio 1.) Each of `layouts` reproduces the one-process packed run (`first_only`:
+// its first iteration's token means, for CP 2, whose 4-position slots may pack later collections
+// differently).
+void expect_packing_matches_rows(const std::string& env, const std::vector<std::string>& model,
+                                 const std::vector<std::vector<std::string>>& layouts,
+                                 const std::vector<std::vector<std::string>>& first_only) {
+  std::vector<std::string> unpacked = rl(env, {"--train-iters", "4", "--global-batch-size", "8", "--grpo-iterations",
+                                               "2", "--micro-batch-size", "1", "--make-vocab-size-divisible-by", "8"});
+  unpacked.erase(unpacked.begin());  // the binary
+  unpacked.insert(unpacked.end(), model.begin(), model.end());
+  std::vector<std::string> flags = unpacked;
+  flags.push_back("--rl-use-sequence-packing");
+  const test::RunResult one = run_layout(flags, {}, 1);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const std::vector<std::string> packing = lines_with(one.output, "[SequencePacker] Packing distribution: ");
+  ASSERT_EQ(packing.size(), 2u) << one.output;
+  EXPECT_LT(std::stoll(packing[0].substr(packing[0].find("distribution: ") + 14)), 8) << "the 8 rollouts share bins";
+  const test::RunResult plain = run_layout(unpacked, {}, 1);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_EQ(lines_with(one.output, "> GRPO collection at iteration 0:"),
+            lines_with(plain.output, "> GRPO collection at iteration 0:"));
+  EXPECT_NEAR(logged_values(one.output, "rl/pi_over_pi_old").at(0), 1.0, 1e-6);
+  const double unpacked_ratio = logged_values(plain.output, "rl/pi_over_pi_old").at(0);
+  EXPECT_NEAR(logged_values(one.output, "rl/entropy_term").at(0),
+              logged_values(plain.output, "rl/entropy_term").at(0) / unpacked_ratio,
+              2e-6 * logged_values(one.output, "rl/entropy_term").at(0));
+  for (const std::vector<std::string>& layout : layouts) expect_layout_reproduces(one, flags, layout);
+  for (const std::vector<std::string>& layout : first_only) {
+    const test::RunResult two = run_layout(flags, layout, 2);
+    ASSERT_EQ(two.exit_code, 0) << layout[0] << two.output;
+    EXPECT_EQ(lines_with(one.output, "> GRPO collection at iteration 0:"),
+              lines_with(two.output, "> GRPO collection at iteration 0:")) << layout[0];
+    for (const char* key : {"rl/entropy_term", "rl/pi_over_pi_old"})
+      EXPECT_NEAR(logged_values(one.output, key).at(0), logged_values(two.output, key).at(0), 1e-6) << layout[0];
+  }
+}
+
+// A hybrid Mamba policy ("M*-M"): TP 2 + SP and PP 2 reproduce one process, CP 2 (the scan's
+// all-to-all over whole sequences) its first iteration.
+TEST(GalePretrainGrpo, SequencePackingWithMambaLayers) {
+  TempDir dir;
+  expect_packing_matches_rows(
+      write_env(dir),
+      {"--num-layers", "4", "--is-hybrid-model", "--hybrid-override-pattern", "M*-M", "--mamba-state-dim", "16",
+       "--mamba-head-dim", "16", "--mamba-num-groups", "2", "--normalization", "RMSNorm", "--position-embedding-type",
+       "none"},
+      {{"--tensor-model-parallel-size", "2", "--sequence-parallel"}, {"--pipeline-model-parallel-size", "2"}},
+      {{"--context-parallel-size", "2"}});
+}
+
+// Gated DeltaNet layers (--experimental-attention-variant gdn, layers 0 and 2): TP 2 + SP reproduces one
+// process, CP 2 its first iteration.
+TEST(GalePretrainGrpo, SequencePackingWithGatedDeltaNetLayers) {
+  TempDir dir;
+  expect_packing_matches_rows(
+      write_env(dir),
+      {"--swiglu", "--normalization", "RMSNorm", "--disable-bias-linear", "--experimental-attention-variant", "gdn",
+       "--linear-attention-freq", "2", "--linear-num-key-heads", "2", "--linear-num-value-heads", "4",
+       "--linear-key-head-dim", "8", "--linear-value-head-dim", "8", "--linear-conv-kernel-dim", "3"},
+      {{"--tensor-model-parallel-size", "2", "--sequence-parallel"}}, {{"--context-parallel-size", "2"}});
+}
+
+// --mtp-num-layers 1 (its rolls inside each rollout: tests/model/packed_sequences_test.cc): TP 2 + SP and
+// PP 2 reproduce one process, the MTP loss logged.
+TEST(GalePretrainGrpo, SequencePackingWithMtp) {
+  TempDir dir;
+  const std::string env = write_env(dir);
+  expect_packing_matches_rows(env, {"--mtp-num-layers", "1", "--mtp-loss-scaling-factor", "0.3"},
+                              {{"--tensor-model-parallel-size", "2", "--sequence-parallel"},
+                               {"--pipeline-model-parallel-size", "2"}},
+                              {});
+  std::vector<std::string> flags = rl(env, {"--train-iters", "2", "--global-batch-size", "8", "--micro-batch-size", "1",
+                                            "--make-vocab-size-divisible-by", "8", "--mtp-num-layers", "1",
+                                            "--rl-use-sequence-packing"});
+  const test::RunResult one = gale(flags);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const std::vector<double> mtp = logged_values(one.output, "mtp_1 loss");
+  ASSERT_EQ(mtp.size(), 2u) << one.output;
+  for (double v : mtp) EXPECT_GT(v, 1.0);  // cross-entropy over a padded vocabulary of 16 at start: about ln 16
+}
+
 // Sharded state at DP 2: the distributed optimizer (ZeRO-1), ZeRO-2 (--use-custom-fsdp optim_grads: gradients and optimizer state
 // sharded), ZeRO-3 (optim_grads_params: values too) and PyTorch FSDP2 (ZeRO-3 with its own units):
 // the rollouts and the evaluation come from a whole-model copy refit from the shards (an all-gather),
@@ -808,9 +894,6 @@ TEST(GalePretrainGrpo, Refusals) {
   expect_usage_error(rampup,
                      "--perform-rl-step with --rampup-batch-size: not supported (Megatron's RL cuts each collection "
                      "into whole --global-batch-size batches; a ramping batch size does not)");
-  expect_usage_error(rl(env, {"--rl-use-sequence-packing", "--micro-batch-size", "1", "--mtp-num-layers", "1"}),
-                     "--perform-rl-step with --rl-use-sequence-packing and --mtp-num-layers (Gale's MTP rolls would "
-                     "cross the packed rollouts): not supported yet");
   expect_usage_error(rl(env, {"--rl-default-top-p", "1.5"}), "--rl-default-top-p: expected a number in [0, 1], found 1.5");
   expect_usage_error(rl(env, {"--rl-importance-sampling-truncation-coef", "0"}),
                      "--rl-importance-sampling-truncation-coef: expected a positive number, found 0");
@@ -821,11 +904,6 @@ TEST(GalePretrainGrpo, Refusals) {
   expect_usage_error(rl(env, {"--rl-use-sequence-packing", "--micro-batch-size", "1", "--rl-sequence-packing-algo",
                               "lifo"}),
                      "--rl-sequence-packing-algo: expected fifo or round-robin, found 'lifo'");
-  expect_usage_error(rl(env, {"--rl-use-sequence-packing", "--micro-batch-size", "1", "--is-hybrid-model",
-                              "--hybrid-override-pattern", "M*", "--mamba-head-dim", "16", "--mamba-num-groups", "2",
-                              "--mamba-state-dim", "16", "--position-embedding-type", "none"}),
-                     "--rl-use-sequence-packing with Mamba or Gated DeltaNet layers: not supported yet (Gale's scans "
-                     "run across the packed rollouts' boundaries)");
   expect_usage_error({GALE_BINARY, "pretrain", "--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "2",
                       "--seq-length", "16", "--max-position-embeddings", "16", "--micro-batch-size", "1",
                       "--global-batch-size", "4", "--train-iters", "1", "--vocab-size", "15", "--lr", "1e-3", "--mock-data",

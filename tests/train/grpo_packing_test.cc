@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "model/hybrid_layers.h"
 #include "model/model_test_batches.h"
 #include "train/grpo.h"
 
@@ -132,11 +133,9 @@ TEST(GrpoPacking, OptionChecks) {
             "over the cp ranks)");
 }
 
-// A packed bin's forward (document ids, position ids restarting per rollout) gives every rollout's
-// token the log-probability its own unpacked row gives it.
-TEST(GrpoPacking, PackedLogProbsAreEachRolloutsOwn) {
-  ModelConfig c = testing::gradcheck_gpt_config();
-  c.seq_length = 16;
+// A packed bin's forward (document ids, position ids restarting per rollout, the scans restarting
+// per rollout) gives every rollout's token the log-probability its own unpacked row gives it.
+void expect_packed_logprobs_are_each_rollouts_own(const ModelConfig& c) {
   OpTable ops = reference_ops();
   GPTModel model(c, single_process_partition(c), &ops);
   model.params().initialize(11);
@@ -159,6 +158,50 @@ TEST(GrpoPacking, PackedLogProbsAreEachRolloutsOwn) {
     }
   }
   EXPECT_EQ(compared, 5 + 7 + 3 + 7 + 2 + 6 - 6);
+}
+
+ModelConfig packed_gpt_config() {
+  ModelConfig c = testing::gradcheck_gpt_config();
+  c.seq_length = 16;
+  return c;
+}
+
+// "M*-M": Mamba, attention, MLP, Mamba (tests/model/hybrid_model_test.cc's sizes).
+ModelConfig packed_hybrid_config() {
+  ModelConfig c = packed_gpt_config();
+  c.num_layers = 4;
+  c.rms_norm = true;
+  c.position = PositionEmbedding::kNone;
+  c.hybrid.enabled = true;
+  c.hybrid.layers = "M*-M";
+  c.hybrid.headdim = 8;
+  c.hybrid.ngroups = 2;
+  c.hybrid.d_state = 4;
+  return c;
+}
+
+// "MG*G": Mamba, Gated DeltaNet, attention, Gated DeltaNet.
+ModelConfig packed_gdn_config() {
+  ModelConfig c = packed_hybrid_config();
+  c.hybrid.layers = "MG*G";
+  c.gdn.enabled = true;
+  c.gdn.pattern = hybrid_gdn_layer_flags(c.hybrid.layers);
+  c.gdn.num_key_heads = 2;
+  c.gdn.num_value_heads = 4;
+  c.gdn.key_head_dim = 4;
+  c.gdn.value_head_dim = 6;
+  c.gdn.conv_kernel = 3;
+  return c;
+}
+
+TEST(GrpoPacking, PackedLogProbsAreEachRolloutsOwn) { expect_packed_logprobs_are_each_rollouts_own(packed_gpt_config()); }
+
+TEST(GrpoPacking, PackedLogProbsAreEachRolloutsOwnWithMambaLayers) {
+  expect_packed_logprobs_are_each_rollouts_own(packed_hybrid_config());
+}
+
+TEST(GrpoPacking, PackedLogProbsAreEachRolloutsOwnWithGatedDeltaNetLayers) {
+  expect_packed_logprobs_are_each_rollouts_own(packed_gdn_config());
 }
 
 // Per-position advantages ([B, S]) give the loss and gradient of the per-row ones ([B]) they expand.

@@ -220,6 +220,16 @@ TEST(GrpoModel, MtpLossMaskIsEveryPositionWithALabel) {
   EXPECT_EQ(mb.loss_mask, (std::vector<float>{1, 1, 1, 0, 1, 1, 1, 0}));
   EXPECT_EQ(mb.labels, labels);
   EXPECT_EQ(mb.labels, (std::vector<int32_t>{6, 7, 0, 0, 9, 3, 4, 0}));
+  // Packed (--rl-use-sequence-packing): 1 but at each document's last position, the label rolled
+  // within each rollout (Megatron's packed roll).
+  MicroBatch packed;
+  packed.B = 1;
+  packed.S = 8;
+  packed.loss_mask.assign(8, 0.0f);
+  packed.document_ids = {0, 0, 0, 1, 1, 2, 2, 2};
+  packed.packed_sequences = true;
+  grpo_mtp_loss_mask(&packed);
+  EXPECT_EQ(packed.loss_mask, (std::vector<float>{1, 1, 0, 1, 0, 1, 1, 0}));
 }
 
 }  // namespace
