@@ -32,6 +32,7 @@
 #include "train/phase_transitions.h"
 #include "train/straggler_detector.h"
 #include "train/timers_log.h"
+#include "train/total_loss_dict.h"
 
 namespace gale {
 
@@ -677,11 +678,7 @@ Status Trainer::run() {
   state_.rerun_state_machine = nullptr;
   double interval_start = start;
   // Accumulators of the current log interval.
-  double loss_total = 0.0, z_loss_total = 0.0, dpo_accuracy_total = 0.0;
-  std::array<double, kMoeAuxKinds> load_balancing_total{};
-  double indexer_loss_total = 0.0, kl_loss_total = 0.0;
-  std::vector<std::pair<std::string, double>> logits_kd_totals;  // --logits-load-dir's entries, by name
-  std::vector<double> mtp_totals;  // Megatron adds the MTP losses of every iteration, skipped ones too
+  TotalLossDict totals;  // Megatron's total_loss_dict: kept, in its order, for the whole run
   int64_t advanced = 0, skipped = 0, nan_iters = 0, iters_in_interval = 0;
   double flops_since_last_log = 0.0;  // Megatron's num_floating_point_operations_since_last_log_event
   bool saved_at_last_iteration = false, exit_for_duration = false, skipped_at_save_interval = false;
@@ -774,22 +771,26 @@ Status Trainer::run() {
     state_.floating_point_operations_so_far += flops_per_iteration;
     flops_since_last_log += flops_per_iteration;
     const double loss = r.tokens > 0.0 ? r.loss_sum / r.tokens : 0.0;
-    mtp_totals.resize(r.mtp_losses.size(), 0.0);
-    for (size_t k = 0; k < r.mtp_losses.size(); ++k) mtp_totals[k] += r.mtp_losses[k];
+    // The loss dict of the iteration (summed when it advanced), then the trackers' values (summed
+    // every iteration), as Megatron's training_log.
+    LossDict loss_dict;
+    if (args_.dpo.enabled()) loss_dict.emplace_back("rewards/accuracies", r.dpo_accuracy);
+    loss_dict.emplace_back("lm loss", loss);
+    for (const auto& entry : r.logits_kd_losses) loss_dict.push_back(entry);
+    if (r.kl_loss >= 0.0) loss_dict.emplace_back("kl loss", r.kl_loss);
+    totals.add_loss_dict(loss_dict, r.step.applied);
+    LossDict tracked;
+    if (args_.moe.enabled()) {  // Megatron's MoE tracker: the selected load-balancing types, then z_loss
+      for (int kind = 0; kind < kMoeAuxKinds; ++kind)
+        if (args_.moe.uses_load_balancing_type(kMoeAuxTypes[kind]))
+          tracked.emplace_back(kMoeAuxLossNames[kind], r.load_balancing_loss[kind]);
+      if (!unset(args_.moe.moe_z_loss_coeff)) tracked.emplace_back("z_loss", r.z_loss);
+    }
+    for (size_t k = 0; k < r.mtp_losses.size(); ++k) tracked.emplace_back(str_cat("mtp_", k + 1, " loss"), r.mtp_losses[k]);
+    if (r.indexer_loss >= 0.0) tracked.emplace_back("indexer loss", r.indexer_loss);
+    totals.add_tracked(tracked);
     if (r.step.applied) {
       ++advanced;
-      loss_total += loss;
-      dpo_accuracy_total += std::max(0.0, r.dpo_accuracy);
-      for (int kind = 0; kind < kMoeAuxKinds; ++kind) load_balancing_total[kind] += r.load_balancing_loss[kind];
-      z_loss_total += r.z_loss;
-      indexer_loss_total += std::max(0.0, r.indexer_loss);
-      kl_loss_total += std::max(0.0, r.kl_loss);
-      for (const auto& [name, value] : r.logits_kd_losses) {
-        auto it = std::find_if(logits_kd_totals.begin(), logits_kd_totals.end(),
-                               [&](const auto& e) { return e.first == name; });
-        if (it == logits_kd_totals.end()) it = logits_kd_totals.insert(logits_kd_totals.end(), {name, 0.0});
-        it->second += value;
-      }
     } else {
       ++skipped;
       // Megatron counts a skipped iteration as a NaN one when its loss is not finite. Under --fp16
@@ -878,17 +879,7 @@ Status Trainer::run() {
       f.learning_rate = args_.training.freeze_all_layers ? 0.0 : engine_->scheduler->lr();  // as above
       f.decoupled_learning_rate = decoupled_learning_rate().value_or(-1.0);
       f.global_batch_size = r.global_batch_size;
-      f.lm_loss = loss_total / static_cast<double>(std::max<int64_t>(1, advanced));
-      if (args_.dpo.enabled()) f.dpo_accuracy = dpo_accuracy_total / static_cast<double>(std::max<int64_t>(1, advanced));
-      for (int kind = 0; kind < kMoeAuxKinds; ++kind)
-        f.load_balancing_losses.emplace_back(kMoeAuxLossNames[kind],
-                                             load_balancing_total[kind] / static_cast<double>(std::max<int64_t>(1, advanced)));
-      f.z_loss = z_loss_total / static_cast<double>(std::max<int64_t>(1, advanced));
-      for (double v : mtp_totals) f.mtp_losses.push_back(v / static_cast<double>(std::max<int64_t>(1, advanced)));
-      if (r.indexer_loss >= 0.0) f.indexer_loss = indexer_loss_total / static_cast<double>(std::max<int64_t>(1, advanced));
-      if (r.kl_loss >= 0.0) f.kl_loss = kl_loss_total / static_cast<double>(std::max<int64_t>(1, advanced));
-      for (const auto& [name, total] : logits_kd_totals)
-        f.extra_losses.emplace_back(name, total / static_cast<double>(std::max<int64_t>(1, advanced)));
+      f.losses = totals.averages(advanced);
       f.grad_norm = r.step.grad_norm;
       f.has_grad_norm = has_grad_norm;
       f.loss_scale = r.loss_scale;
@@ -919,10 +910,7 @@ Status Trainer::run() {
       if (straggler_)
         for (const std::string& line : straggler_->report(flops_since_last_log, l.log_interval)) print_rank0(line);
       flops_since_last_log = 0.0;
-      loss_total = z_loss_total = dpo_accuracy_total = indexer_loss_total = kl_loss_total = 0.0;
-      logits_kd_totals.clear();
-      load_balancing_total.fill(0.0);
-      std::fill(mtp_totals.begin(), mtp_totals.end(), 0.0);
+      totals.reset();
       advanced = skipped = nan_iters = iters_in_interval = 0;
       interval_start = now;
     }

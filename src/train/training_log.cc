@@ -93,17 +93,9 @@ std::string format_training_log_line(const TrainingLogFields& f) {
   add(" learning rate: %.6E |", f.learning_rate);
   if (f.decoupled_learning_rate >= 0.0) add(" decoupled learning rate: %.6E |", f.decoupled_learning_rate);
   add(" global batch size: %5lld |", static_cast<long long>(f.global_batch_size));
-  if (f.dpo_accuracy > 0.0) add(" rewards/accuracies: %.6E |", f.dpo_accuracy);
-  if (f.lm_loss > 0.0) add(" lm loss: %.6E |", f.lm_loss);
-  for (const auto& [name, value] : f.extra_losses)
-    if (value > 0.0) add(" %s: %.6E |", name.c_str(), value);
-  for (const auto& [name, value] : f.load_balancing_losses)
-    if (value > 0.0) add(" %s: %.6E |", name.c_str(), value);
-  if (f.z_loss > 0.0) add(" z_loss: %.6E |", f.z_loss);
-  for (size_t k = 0; k < f.mtp_losses.size(); ++k)
-    if (f.mtp_losses[k] >= 0.0) add(" mtp_%zu loss: %.6E |", k + 1, f.mtp_losses[k]);
-  if (f.indexer_loss >= 0.0) add(" indexer loss: %.6E |", f.indexer_loss);
-  if (f.kl_loss >= 0.0) add(" kl loss: %.6E |", f.kl_loss);
+  // Megatron's training_log: every total_loss_dict entry whose average is >= 0.
+  for (const auto& [key, value] : f.losses)
+    if (value >= 0.0) add(" %s: %.6E |", key.c_str(), value);
   add(" loss scale: %.1f |", f.loss_scale);
   if (f.has_grad_norm) add(" grad norm: %.3f |", f.grad_norm);
   if (f.num_zeros >= 0) add(" num zeros: %lld |", static_cast<long long>(f.num_zeros));
