@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "model/config.h"
+
 namespace gale {
 
 void TotalLossDict::add(const std::string& key, double value) {
@@ -33,6 +35,17 @@ LossDict TotalLossDict::averages(int64_t advanced) const {
 
 void TotalLossDict::reset() {
   for (auto& entry : sums_) entry.second = 0.0;
+}
+
+std::vector<int> moe_tracked_aux_kinds(const std::string& scalar_type, const std::vector<std::string>& list_types) {
+  std::vector<int> kinds;
+  for (int kind = 0; kind < kMoeAuxKinds; ++kind) {
+    const std::string type = kMoeAuxTypes[kind];
+    const bool tracked = list_types.empty() ? scalar_type.find(type) != std::string::npos
+                                            : std::find(list_types.begin(), list_types.end(), type) != list_types.end();
+    if (tracked) kinds.push_back(kind);
+  }
+  return kinds;
 }
 
 }  // namespace gale

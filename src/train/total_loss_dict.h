@@ -31,4 +31,12 @@ class TotalLossDict {
   LossDict sums_;
 };
 
+// Megatron's training_log `track_names` for the MoE tracker, as indices into kMoeAuxTypes /
+// kMoeAuxLossNames (model/config.h), in its order: each of aux_loss, seq_aux_loss, global_aux_loss
+// for which `"<type>" in args.moe_router_load_balancing_type` holds. Megatron turns a one-element
+// list into its string, so for the scalar form (`list_types` empty) that is a substring test:
+// "seq_aux_loss" and "global_aux_loss" contain "aux_loss", and load_balancing_loss is tracked too
+// (its never-recorded entry is zero and prints as 0.000000E+00). For the list form it is membership.
+std::vector<int> moe_tracked_aux_kinds(const std::string& scalar_type, const std::vector<std::string>& list_types);
+
 }  // namespace gale

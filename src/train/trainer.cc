@@ -781,9 +781,9 @@ Status Trainer::run() {
     totals.add_loss_dict(loss_dict, r.step.applied);
     LossDict tracked;
     if (args_.moe.enabled()) {  // Megatron's MoE tracker: the selected load-balancing types, then z_loss
-      for (int kind = 0; kind < kMoeAuxKinds; ++kind)
-        if (args_.moe.uses_load_balancing_type(kMoeAuxTypes[kind]))
-          tracked.emplace_back(kMoeAuxLossNames[kind], r.load_balancing_loss[kind]);
+      for (int kind : moe_tracked_aux_kinds(args_.moe.moe_router_load_balancing_type,
+                                            args_.moe.moe_router_load_balancing_types))
+        tracked.emplace_back(kMoeAuxLossNames[kind], r.load_balancing_loss[kind]);
       if (!unset(args_.moe.moe_z_loss_coeff)) tracked.emplace_back("z_loss", r.z_loss);
     }
     for (size_t k = 0; k < r.mtp_losses.size(); ++k) tracked.emplace_back(str_cat("mtp_", k + 1, " loss"), r.mtp_losses[k]);
@@ -840,9 +840,9 @@ Status Trainer::run() {
         tensorboard_->add_scalar("max_attention_logit", r.max_attention_logit, state_.iteration);
     }
     if (tensorboard_ && args_.moe.enabled()) {  // Megatron's MoE tracker: every iteration
-      for (int kind = 0; kind < kMoeAuxKinds; ++kind)  // each load-balancing type selected, under its tracker name
-        if (args_.moe.uses_load_balancing_type(kMoeAuxTypes[kind]))
-          tensorboard_->add_scalar(kMoeAuxLossNames[kind], r.load_balancing_loss[kind], state_.iteration);
+      for (int kind : moe_tracked_aux_kinds(args_.moe.moe_router_load_balancing_type,
+                                            args_.moe.moe_router_load_balancing_types))  // the line's names
+        tensorboard_->add_scalar(kMoeAuxLossNames[kind], r.load_balancing_loss[kind], state_.iteration);
       if (!unset(args_.moe.moe_z_loss_coeff)) tensorboard_->add_scalar("z_loss", r.z_loss, state_.iteration);
     }
     if (tensorboard_ && tensorboard_due && r.dpo_accuracy >= 0.0)  // Megatron writes every loss-dict key

@@ -72,5 +72,19 @@ TEST(TotalLossDict, ResetKeepsKeysSoAnAllSkippedIntervalPrintsZero) {
             "loss scale: 2048.0 | number of skipped iterations:   2 | number of nan iterations:   0 |");
 }
 
+// training_log's track_names: `"aux_loss" in args.moe_router_load_balancing_type` is a substring
+// test on Megatron's scalar form (a one-element list becomes its string), membership in a list.
+TEST(TotalLossDict, MoeTrackNamesAsMegatronsInTest) {
+  using K = std::vector<int>;
+  EXPECT_EQ(moe_tracked_aux_kinds("aux_loss", {}), (K{0}));
+  EXPECT_EQ(moe_tracked_aux_kinds("seq_aux_loss", {}), (K{0, 1}));  // "aux_loss" in "seq_aux_loss"
+  EXPECT_EQ(moe_tracked_aux_kinds("global_aux_loss", {}), (K{0, 2}));
+  EXPECT_EQ(moe_tracked_aux_kinds("sinkhorn", {}), K{});
+  EXPECT_EQ(moe_tracked_aux_kinds("none", {}), K{});
+  EXPECT_EQ(moe_tracked_aux_kinds("quantile_balancing", {}), K{});
+  EXPECT_EQ(moe_tracked_aux_kinds("", {"seq_aux_loss", "global_aux_loss"}), (K{1, 2}));  // list: membership
+  EXPECT_EQ(moe_tracked_aux_kinds("", {"global_aux_loss", "aux_loss"}), (K{0, 2}));     // Megatron's order
+}
+
 }  // namespace
 }  // namespace gale
