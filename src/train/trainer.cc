@@ -815,7 +815,6 @@ Status Trainer::run() {
       s.consumed_samples = state_.consumed_train_samples;
       // --freeze-all-layers: 0, as Megatron logs it (its optimizer has no parameter group).
       s.learning_rate = args_.training.freeze_all_layers ? 0.0 : engine_->scheduler->lr();
-      s.decoupled_learning_rate = decoupled_learning_rate().value_or(-1.0);
       s.batch_size = r.global_batch_size;
       s.world_size = engine_->ps.world_size();
       s.lm_loss = loss;
@@ -877,7 +876,6 @@ Status Trainer::run() {
         f.actual_tflops_with_recompute_per_gpu = static_cast<double>(counts[1]) / per_gpu;
       }
       f.learning_rate = args_.training.freeze_all_layers ? 0.0 : engine_->scheduler->lr();  // as above
-      f.decoupled_learning_rate = decoupled_learning_rate().value_or(-1.0);
       f.global_batch_size = r.global_batch_size;
       f.losses = totals.averages(advanced);
       f.grad_norm = r.step.grad_norm;

@@ -91,7 +91,6 @@ std::string format_training_log_line(const TrainingLogFields& f) {
     add(" actual throughput per GPU with recompute (TFLOP/s/GPU): %.1f |", f.actual_tflops_with_recompute_per_gpu);
   }
   add(" learning rate: %.6E |", f.learning_rate);
-  if (f.decoupled_learning_rate >= 0.0) add(" decoupled learning rate: %.6E |", f.decoupled_learning_rate);
   add(" global batch size: %5lld |", static_cast<long long>(f.global_batch_size));
   // Megatron's training_log: every total_loss_dict entry whose average is >= 0.
   for (const auto& [key, value] : f.losses)
@@ -114,8 +113,6 @@ void add_training_scalars(TensorBoardWriter& w, const TensorBoardTrainingFlags& 
     w.add_scalar(tag + " vs samples", v, samples);
   };
   if (flags.learning_rate) both("learning-rate", s.learning_rate);
-  if (flags.learning_rate && s.decoupled_learning_rate >= 0.0)
-    w.add_scalar("decoupled-learning-rate", s.decoupled_learning_rate, it);
   if (flags.batch_size) both("batch-size", static_cast<double>(s.batch_size));
   both("lm loss", s.lm_loss);
   if (flags.loss_scale) both("loss-scale", s.loss_scale);

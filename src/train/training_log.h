@@ -57,8 +57,9 @@ struct TrainingLogFields {
   // recomputation left out) and "actual throughput per GPU with recompute (TFLOP/s/GPU)".
   bool op_cal_tflops = false;
   double actual_tflops_per_gpu = 0.0, actual_tflops_with_recompute_per_gpu = 0.0;
+  // Megatron main prints no decoupled learning rate (--decoupled-lr): its optimizer refactor of
+  // November 2025 dropped the field from the line and from TensorBoard.
   double learning_rate = 0.0;
-  double decoupled_learning_rate = -1.0;  // printed after it when >= 0 (--decoupled-lr)
   int64_t global_batch_size = 0;
   // Megatron's total_loss_dict averaged over the interval's advanced iterations, in its order
   // (train/total_loss_dict.h): the loss dict's keys ("lm loss"; --stage dpo: "rewards/accuracies"
@@ -85,8 +86,7 @@ struct TrainingLogFields {
 // --tensorboard-log-interval (values of that iteration, not interval averages).
 struct TensorBoardTrainingScalars {
   int64_t iteration = 0, consumed_samples = 0;
-  double learning_rate = 0.0;
-  double decoupled_learning_rate = -1.0;  // 'decoupled-learning-rate' when >= 0 (--decoupled-lr)
+  double learning_rate = 0.0;  // no 'decoupled-learning-rate' (Megatron main dropped it)
   int64_t batch_size = 0, world_size = 1;
   double lm_loss = 0.0;  // this iteration's
   double loss_scale = 1.0;
