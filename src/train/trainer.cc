@@ -714,6 +714,8 @@ Status Trainer::run() {
   const int64_t hash_interval = t.check_weight_hash_across_dp_replicas_interval;
   // Megatron checks the hashes before the first iteration too.
   if (!t.skip_train && hash_interval != kUnset) GALE_RETURN_IF_ERROR(check_weight_hashes());
+  // Megatron's train() prints this after starting its interval timer, before its loop.
+  if (!t.skip_train && train_iters_ > 0) print_datetime("before the start of training step");
   while (!t.skip_train && state_.iteration < train_iters_) {
     // Megatron's maybe_finalize_async_save(blocking=False): the previous --async-save, if written.
     // --enable-ft-package: inside "checkpointing" whether or not a save is in flight, as Megatron.
@@ -954,6 +956,8 @@ Status Trainer::run() {
       return finish_run();
     }
   }
+  // Megatron's pretrain: after train() returns (not after an exit inside it), before the final save.
+  if (!t.skip_train) print_datetime("after training is done");
   if (save_fn_ && !t.skip_train && state_.iteration > 0 && !saved_at_last_iteration && !skipped_at_save_interval)
     GALE_RETURN_IF_ERROR(save());
   // Megatron writes the final evaluations to TensorBoard unless --skip-train (the test set's under

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/datetime.h"
 #include "core/log.h"
 
 namespace gale {
@@ -75,7 +76,7 @@ double num_floating_point_operations(const FlopsModel& m, int64_t batch_size) {
 
 std::string format_training_log_line(const TrainingLogFields& f) {
   char buf[256];
-  std::string s = " [" + (f.timestamp.empty() ? timestamp_now() : f.timestamp) + "]";
+  std::string s = " [" + (f.timestamp.empty() ? datetime_now_micros() : f.timestamp) + "]";
   auto add = [&](const char* fmt, auto... v) {
     std::snprintf(buf, sizeof buf, fmt, v...);
     s += buf;

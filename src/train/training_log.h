@@ -79,7 +79,7 @@ struct TrainingLogFields {
   // --perform-rl-step: Megatron's RL token-throughput fields (" toks/s: N | ..."), appended after
   // the skipped and nan counts as they are (train/grpo.h).
   std::string rl_throughput;
-  std::string timestamp;  // "YYYY-mm-dd HH:MM:SS"; now when empty
+  std::string timestamp;  // "YYYY-mm-dd HH:MM:SS.ffffff" (Megatron main's %f); now when empty
 };
 
 // What Megatron's training_log writes to TensorBoard at an iteration that is a multiple of
@@ -116,7 +116,8 @@ void add_training_scalars(TensorBoardWriter& w, const TensorBoardTrainingFlags& 
 void add_validation_scalars(TensorBoardWriter& w, bool ppl, const LossDict& losses, int64_t iteration,
                             int64_t consumed_samples);
 
-// " [2025-05-20 15:48:49] iteration        1/      50 | consumed samples: ... |" exactly as Megatron.
+// " [2025-05-20 15:48:49.123456] iteration        1/      50 | consumed samples: ... |" exactly as
+// Megatron main's training_log.
 std::string format_training_log_line(const TrainingLogFields& f);
 
 // The three lines Megatron prints after an evaluation: a dashed rule, " validation loss at
