@@ -73,6 +73,7 @@ TEST(TrainingLog, OptionalFields) {
   EXPECT_NE(line.find(" number of skipped iterations:   1 | number of nan iterations:   1 |"), std::string::npos);
   // Megatron main's training_log: the learning rate, then the global batch size (no decoupled rate).
   EXPECT_NE(line.find(" learning rate: 1.000000E-04 | global batch size:     4 |"), std::string::npos) << line;
+  EXPECT_EQ(line.find("decoupled"), std::string::npos) << line;
 }
 
 // Megatron's training_log prints every total_loss_dict entry as ' {key}: {avg:.6E} |' when
