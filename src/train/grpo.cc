@@ -297,6 +297,7 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, const 
   constexpr int kMoeTerms = kMoeAuxKinds + 1;
   int64_t advanced = 0, skipped = 0, nan_iters = 0, iters_in_interval = 0;
   double interval_start = now_seconds();
+  if (train_iters > 0) print_datetime("before the start of training step");  // Megatron's train()
   while (state->iteration < train_iters) {
     if (saves.finalize) GALE_RETURN_IF_ERROR(saves.finalize(/*blocking=*/false));  // --async-save
     if (collected_at < 0 || state->iteration - collected_at == steps_per_collection) {
@@ -492,6 +493,7 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, const 
       return saves.finalize ? saves.finalize(/*blocking=*/true) : Status::Ok();
     }
   }
+  print_datetime("after training is done");  // Megatron's pretrain, after train() returns
   if (saves.finalize) GALE_RETURN_IF_ERROR(saves.finalize(/*blocking=*/true));  // --async-save
   if (do_valid) GALE_RETURN_IF_ERROR(evaluate(state->iteration));  // Megatron's evaluation after training
   return Status::Ok();

@@ -128,6 +128,14 @@ TEST(GalePretrainGrpo, TrainsDeterministically) {
   // every entry whose average is >= 0, zeros included).
   const std::vector<std::string> log = lines_with(a.output, "| consumed samples:");
   ASSERT_EQ(log.size(), 6u);
+  // Megatron's print_datetime around train() (its RL loop is train()'s): before the first line and
+  // after the last.
+  const size_t before = a.output.find("[before the start of training step] datetime: ");
+  const size_t after = a.output.find("[after training is done] datetime: ");
+  ASSERT_NE(before, std::string::npos) << a.output;
+  ASSERT_NE(after, std::string::npos) << a.output;
+  EXPECT_LT(before, a.output.find("] iteration        1/       6 |"));
+  EXPECT_GT(after, a.output.find("] iteration        6/       6 |"));
   EXPECT_NE(log[0].find("rl/pi_over_pi_old: 1.000000E+00 |"), std::string::npos) << log[0];
   EXPECT_NE(log[0].find("| rl/kl_term: 0.000000E+00 | rl/pi_over_pi_old: 1.000000E+00 |"), std::string::npos) << log[0];
   // After an update the policy moved: π/π_old ≠ 1 on the second batch, a KL to the reference.
