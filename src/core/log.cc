@@ -1,6 +1,8 @@
 // Rank-aware printing.
 #include "core/log.h"
 
+#include "core/datetime.h"
+
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -21,7 +23,8 @@ int log_world_size() { return g_world; }
 bool is_first_rank() { return g_rank == 0; }
 bool is_last_rank() { return g_rank == g_world - 1; }
 
-void print_datetime(const std::string& what) { print_rank0("[" + what + "] datetime: " + timestamp_now() + " "); }
+// Megatron main's print_datetime: "[what] datetime: YYYY-mm-dd HH:MM:SS.ffffff ".
+void print_datetime(const std::string& what) { print_rank0("[" + what + "] datetime: " + datetime_now_micros() + " "); }
 
 namespace {
 // `text` and a newline on stdout, `prefix` before its first line, one write per line (each line is

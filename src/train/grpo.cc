@@ -19,6 +19,7 @@
 #include "train/grpo_packing.h"
 #include "train/grpo_refit.h"
 #include "train/model_setup.h"
+#include "train/total_loss_dict.h"
 #include "train/training_log.h"
 
 namespace gale {
@@ -293,18 +294,17 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, const 
   int64_t collected_at = -1;  // the iteration the current rollouts were collected at
   // The interval's sums of each iteration's token means: lm loss and the rl/ entries.
   constexpr int kTerms = 6;
-  double interval[kTerms] = {};
+  TotalLossDict totals;  // Megatron's total_loss_dict: the loss dict, then the MoE and MTP trackers'
   // MoE: the interval's sums of each iteration's load-balancing losses by kind, then the z-loss
   // (Megatron's track_moe_metrics entries, averaged as the trainer's).
   const int64_t moe_layers = policy.config().num_moe_layers();
   // --mtp-num-layers: the interval's sums of each iteration's MTP losses (means over the micro-batches
   // and the data-parallel ranks, as the trainer's "mtp_k loss").
   const int64_t mtp_layers = args.model.mtp_num_layers == kUnset ? 0 : args.model.mtp_num_layers;
-  std::vector<double> mtp_interval(static_cast<size_t>(mtp_layers), 0.0);
   constexpr int kMoeTerms = kMoeAuxKinds + 1;
-  double moe_interval[kMoeTerms] = {};
   int64_t advanced = 0, skipped = 0, nan_iters = 0, iters_in_interval = 0;
   double interval_start = now_seconds();
+  if (train_iters > 0) print_datetime("before the start of training step");  // Megatron's train()
   while (state->iteration < train_iters) {
     if (saves.finalize) GALE_RETURN_IF_ERROR(saves.finalize(/*blocking=*/false));  // --async-save
     if (collected_at < 0 || state->iteration - collected_at == steps_per_collection) {
@@ -427,11 +427,24 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, const 
     if (packing.enabled) consumed_bins += num_mb * dp;
     ++state->iteration;
     ++iters_in_interval;
+    // Megatron's training_log: the loss dict when the iteration advanced, the trackers' always.
+    LossDict loss_dict;
+    const char* names[kTerms] = {"lm loss", "rl/kl_term", "rl/pi_over_pi_old", "rl/entropy_term",
+                                 "rl/truncated_from_above", "rl/truncated_from_below"};
+    for (int i = 0; i < kTerms; ++i) loss_dict.emplace_back(names[i], sums[i] / sums[kTerms]);
+    totals.add_loss_dict(loss_dict, step.applied);
+    LossDict tracked;
+    if (moe_layers > 0) {  // the selected load-balancing types under their tracker names, then z_loss
+      // (a skipped iteration adds 0, as the trainer: its fp16-overflowed values are not finite)
+      for (int kind : moe_tracked_aux_kinds(args.moe.moe_router_load_balancing_type,
+                                            args.moe.moe_router_load_balancing_types))
+        tracked.emplace_back(kMoeAuxLossNames[kind], step.applied ? moe[kind] : 0.0);
+      if (!unset(args.moe.moe_z_loss_coeff)) tracked.emplace_back("z_loss", step.applied ? moe[kMoeAuxKinds] : 0.0);
+    }
+    for (size_t i = 0; i < mtp.size(); ++i) tracked.emplace_back(str_cat("mtp_", i + 1, " loss"), mtp[i]);
+    totals.add_tracked(tracked);
     if (step.applied) {
       ++advanced;
-      for (int i = 0; i < kTerms; ++i) interval[i] += sums[i] / sums[kTerms];
-      for (int i = 0; i < kMoeTerms; ++i) moe_interval[i] += moe[i];
-      for (size_t i = 0; i < mtp.size(); ++i) mtp_interval[i] += mtp[i];
     } else {
       ++skipped;
       if (!scaler && !std::isfinite(step.grad_norm)) ++nan_iters;  // an overflow is the loss scaler's signal
@@ -448,17 +461,7 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, const 
       f.consumed_bins = consumed_bins;
       f.rl_throughput = rl_throughput_fields(sequences, S, per_iter, engine.ps.world()->size(), dp, rows, packing.enabled,
                                              R, l.log_throughput);
-      const double n = static_cast<double>(std::max<int64_t>(advanced, 1));
-      f.lm_loss = interval[0] / n;
-      const char* names[kTerms] = {"lm loss", "rl/kl_term", "rl/pi_over_pi_old", "rl/entropy_term",
-                                   "rl/truncated_from_above", "rl/truncated_from_below"};
-      for (int i = 1; i < kTerms; ++i) f.extra_losses.emplace_back(names[i], interval[i] / n);
-      if (moe_layers > 0) {
-        for (int kind = 0; kind < kMoeAuxKinds; ++kind)
-          f.load_balancing_losses.emplace_back(kMoeAuxLossNames[kind], moe_interval[kind] / n);
-        f.z_loss = moe_interval[kMoeAuxKinds] / n;
-      }
-      for (double v : mtp_interval) f.mtp_losses.push_back(v / n);
+      f.losses = totals.averages(advanced);
       f.grad_norm = step.grad_norm;
       f.has_grad_norm = step.applied || !scaler;  // Megatron's fp16 optimizer returns none for a skipped step
       if (scaler) f.loss_scale = scaler->scale();  // as Megatron logs it: after the update
@@ -466,9 +469,7 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, const 
       f.skipped_iterations = skipped;
       f.nan_iterations = nan_iters;
       print_rank_last(format_training_log_line(f));
-      std::fill(interval, interval + kTerms, 0.0);
-      std::fill(moe_interval, moe_interval + kMoeTerms, 0.0);
-      std::fill(mtp_interval.begin(), mtp_interval.end(), 0.0);
+      totals.reset();
       advanced = skipped = nan_iters = iters_in_interval = 0;
       interval_start = now_seconds();
     }
@@ -499,6 +500,7 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, const 
       return saves.finalize ? saves.finalize(/*blocking=*/true) : Status::Ok();
     }
   }
+  print_datetime("after training is done");  // Megatron's pretrain, after train() returns
   if (saves.finalize) GALE_RETURN_IF_ERROR(saves.finalize(/*blocking=*/true));  // --async-save
   if (do_valid) GALE_RETURN_IF_ERROR(evaluate(state->iteration));  // Megatron's evaluation after training
   return Status::Ok();

@@ -32,6 +32,7 @@
 #include "train/phase_transitions.h"
 #include "train/straggler_detector.h"
 #include "train/timers_log.h"
+#include "train/total_loss_dict.h"
 
 namespace gale {
 
@@ -682,11 +683,7 @@ Status Trainer::run() {
   state_.rerun_state_machine = nullptr;
   double interval_start = start;
   // Accumulators of the current log interval.
-  double loss_total = 0.0, z_loss_total = 0.0, dpo_accuracy_total = 0.0;
-  std::array<double, kMoeAuxKinds> load_balancing_total{};
-  double indexer_loss_total = 0.0, kl_loss_total = 0.0;
-  std::vector<std::pair<std::string, double>> logits_kd_totals;  // --logits-load-dir's entries, by name
-  std::vector<double> mtp_totals;  // Megatron adds the MTP losses of every iteration, skipped ones too
+  TotalLossDict totals;  // Megatron's total_loss_dict: kept, in its order, for the whole run
   int64_t advanced = 0, skipped = 0, nan_iters = 0, iters_in_interval = 0;
   double flops_since_last_log = 0.0;  // Megatron's num_floating_point_operations_since_last_log_event
   bool saved_at_last_iteration = false, exit_for_duration = false, skipped_at_save_interval = false;
@@ -722,6 +719,8 @@ Status Trainer::run() {
   const int64_t hash_interval = t.check_weight_hash_across_dp_replicas_interval;
   // Megatron checks the hashes before the first iteration too.
   if (!t.skip_train && hash_interval != kUnset) GALE_RETURN_IF_ERROR(check_weight_hashes());
+  // Megatron's train() prints this after starting its interval timer, before its loop.
+  if (!t.skip_train && train_iters_ > 0) print_datetime("before the start of training step");
   while (!t.skip_train && state_.iteration < train_iters_) {
     // Megatron's maybe_finalize_async_save(blocking=False): the previous --async-save, if written.
     // --enable-ft-package: inside "checkpointing" whether or not a save is in flight, as Megatron.
@@ -779,22 +778,30 @@ Status Trainer::run() {
     state_.floating_point_operations_so_far += flops_per_iteration;
     flops_since_last_log += flops_per_iteration;
     const double loss = r.tokens > 0.0 ? r.loss_sum / r.tokens : 0.0;
-    mtp_totals.resize(r.mtp_losses.size(), 0.0);
-    for (size_t k = 0; k < r.mtp_losses.size(); ++k) mtp_totals[k] += r.mtp_losses[k];
+    // The loss dict of the iteration (summed when it advanced), then the trackers' values (summed
+    // every iteration), as Megatron's training_log.
+    LossDict loss_dict;
+    if (args_.dpo.enabled()) loss_dict.emplace_back("rewards/accuracies", r.dpo_accuracy);
+    loss_dict.emplace_back("lm loss", loss);
+    for (const auto& entry : r.logits_kd_losses) loss_dict.push_back(entry);
+    if (r.kl_loss >= 0.0) loss_dict.emplace_back("kl loss", r.kl_loss);
+    totals.add_loss_dict(loss_dict, r.step.applied);
+    LossDict tracked;
+    if (args_.moe.enabled()) {  // Megatron's MoE tracker: the selected load-balancing types, then z_loss
+      // Megatron's tracker adds a skipped iteration's forward values too; Gale's are not finite in an
+      // fp16-overflowed iteration, so a skipped iteration adds 0 here (its keys still enter the dict
+      // then, in Megatron's order; docs/formats/log-line.md).
+      const bool counted = r.step.applied;
+      for (int kind : moe_tracked_aux_kinds(args_.moe.moe_router_load_balancing_type,
+                                            args_.moe.moe_router_load_balancing_types))
+        tracked.emplace_back(kMoeAuxLossNames[kind], counted ? r.load_balancing_loss[kind] : 0.0);
+      if (!unset(args_.moe.moe_z_loss_coeff)) tracked.emplace_back("z_loss", counted ? r.z_loss : 0.0);
+    }
+    for (size_t k = 0; k < r.mtp_losses.size(); ++k) tracked.emplace_back(str_cat("mtp_", k + 1, " loss"), r.mtp_losses[k]);
+    if (r.indexer_loss >= 0.0) tracked.emplace_back("indexer loss", r.indexer_loss);
+    totals.add_tracked(tracked);
     if (r.step.applied) {
       ++advanced;
-      loss_total += loss;
-      dpo_accuracy_total += std::max(0.0, r.dpo_accuracy);
-      for (int kind = 0; kind < kMoeAuxKinds; ++kind) load_balancing_total[kind] += r.load_balancing_loss[kind];
-      z_loss_total += r.z_loss;
-      indexer_loss_total += std::max(0.0, r.indexer_loss);
-      kl_loss_total += std::max(0.0, r.kl_loss);
-      for (const auto& [name, value] : r.logits_kd_losses) {
-        auto it = std::find_if(logits_kd_totals.begin(), logits_kd_totals.end(),
-                               [&](const auto& e) { return e.first == name; });
-        if (it == logits_kd_totals.end()) it = logits_kd_totals.insert(logits_kd_totals.end(), {name, 0.0});
-        it->second += value;
-      }
     } else {
       ++skipped;
       // Megatron counts a skipped iteration as a NaN one when its loss is not finite. Under --fp16
@@ -819,7 +826,6 @@ Status Trainer::run() {
       s.consumed_samples = state_.consumed_train_samples;
       // --freeze-all-layers: 0, as Megatron logs it (its optimizer has no parameter group).
       s.learning_rate = args_.training.freeze_all_layers ? 0.0 : engine_->scheduler->lr();
-      s.decoupled_learning_rate = decoupled_learning_rate().value_or(-1.0);
       s.batch_size = r.global_batch_size;
       s.world_size = engine_->ps.world_size();
       s.lm_loss = loss;
@@ -844,9 +850,9 @@ Status Trainer::run() {
         tensorboard_->add_scalar("max_attention_logit", r.max_attention_logit, state_.iteration);
     }
     if (tensorboard_ && args_.moe.enabled()) {  // Megatron's MoE tracker: every iteration
-      for (int kind = 0; kind < kMoeAuxKinds; ++kind)  // each load-balancing type selected, under its tracker name
-        if (args_.moe.uses_load_balancing_type(kMoeAuxTypes[kind]))
-          tensorboard_->add_scalar(kMoeAuxLossNames[kind], r.load_balancing_loss[kind], state_.iteration);
+      for (int kind : moe_tracked_aux_kinds(args_.moe.moe_router_load_balancing_type,
+                                            args_.moe.moe_router_load_balancing_types))  // the line's names
+        tensorboard_->add_scalar(kMoeAuxLossNames[kind], r.load_balancing_loss[kind], state_.iteration);
       if (!unset(args_.moe.moe_z_loss_coeff)) tensorboard_->add_scalar("z_loss", r.z_loss, state_.iteration);
     }
     if (tensorboard_ && tensorboard_due && r.dpo_accuracy >= 0.0)  // Megatron writes every loss-dict key
@@ -881,19 +887,8 @@ Status Trainer::run() {
         f.actual_tflops_with_recompute_per_gpu = static_cast<double>(counts[1]) / per_gpu;
       }
       f.learning_rate = args_.training.freeze_all_layers ? 0.0 : engine_->scheduler->lr();  // as above
-      f.decoupled_learning_rate = decoupled_learning_rate().value_or(-1.0);
       f.global_batch_size = r.global_batch_size;
-      f.lm_loss = loss_total / static_cast<double>(std::max<int64_t>(1, advanced));
-      if (args_.dpo.enabled()) f.dpo_accuracy = dpo_accuracy_total / static_cast<double>(std::max<int64_t>(1, advanced));
-      for (int kind = 0; kind < kMoeAuxKinds; ++kind)
-        f.load_balancing_losses.emplace_back(kMoeAuxLossNames[kind],
-                                             load_balancing_total[kind] / static_cast<double>(std::max<int64_t>(1, advanced)));
-      f.z_loss = z_loss_total / static_cast<double>(std::max<int64_t>(1, advanced));
-      for (double v : mtp_totals) f.mtp_losses.push_back(v / static_cast<double>(std::max<int64_t>(1, advanced)));
-      if (r.indexer_loss >= 0.0) f.indexer_loss = indexer_loss_total / static_cast<double>(std::max<int64_t>(1, advanced));
-      if (r.kl_loss >= 0.0) f.kl_loss = kl_loss_total / static_cast<double>(std::max<int64_t>(1, advanced));
-      for (const auto& [name, total] : logits_kd_totals)
-        f.extra_losses.emplace_back(name, total / static_cast<double>(std::max<int64_t>(1, advanced)));
+      f.losses = totals.averages(advanced);
       f.grad_norm = r.step.grad_norm;
       f.has_grad_norm = has_grad_norm;
       f.loss_scale = r.loss_scale;
@@ -924,10 +919,7 @@ Status Trainer::run() {
       if (straggler_)
         for (const std::string& line : straggler_->report(flops_since_last_log, l.log_interval)) print_rank0(line);
       flops_since_last_log = 0.0;
-      loss_total = z_loss_total = dpo_accuracy_total = indexer_loss_total = kl_loss_total = 0.0;
-      logits_kd_totals.clear();
-      load_balancing_total.fill(0.0);
-      std::fill(mtp_totals.begin(), mtp_totals.end(), 0.0);
+      totals.reset();
       advanced = skipped = nan_iters = iters_in_interval = 0;
       interval_start = now;
     }
@@ -973,6 +965,8 @@ Status Trainer::run() {
       return finish_run();
     }
   }
+  // Megatron's pretrain: after train() returns (not after an exit inside it), before the final save.
+  if (!t.skip_train) print_datetime("after training is done");
   if (save_fn_ && !t.skip_train && state_.iteration > 0 && !saved_at_last_iteration && !skipped_at_save_interval)
     GALE_RETURN_IF_ERROR(save());
   // Megatron writes the final evaluations to TensorBoard unless --skip-train (the test set's under

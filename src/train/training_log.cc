@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/datetime.h"
 #include "core/log.h"
 
 namespace gale {
@@ -75,7 +76,7 @@ double num_floating_point_operations(const FlopsModel& m, int64_t batch_size) {
 
 std::string format_training_log_line(const TrainingLogFields& f) {
   char buf[256];
-  std::string s = " [" + (f.timestamp.empty() ? timestamp_now() : f.timestamp) + "]";
+  std::string s = " [" + (f.timestamp.empty() ? datetime_now_micros() : f.timestamp) + "]";
   auto add = [&](const char* fmt, auto... v) {
     std::snprintf(buf, sizeof buf, fmt, v...);
     s += buf;
@@ -91,19 +92,10 @@ std::string format_training_log_line(const TrainingLogFields& f) {
     add(" actual throughput per GPU with recompute (TFLOP/s/GPU): %.1f |", f.actual_tflops_with_recompute_per_gpu);
   }
   add(" learning rate: %.6E |", f.learning_rate);
-  if (f.decoupled_learning_rate >= 0.0) add(" decoupled learning rate: %.6E |", f.decoupled_learning_rate);
   add(" global batch size: %5lld |", static_cast<long long>(f.global_batch_size));
-  if (f.dpo_accuracy > 0.0) add(" rewards/accuracies: %.6E |", f.dpo_accuracy);
-  if (f.lm_loss > 0.0) add(" lm loss: %.6E |", f.lm_loss);
-  for (const auto& [name, value] : f.extra_losses)
-    if (value > 0.0) add(" %s: %.6E |", name.c_str(), value);
-  for (const auto& [name, value] : f.load_balancing_losses)
-    if (value > 0.0) add(" %s: %.6E |", name.c_str(), value);
-  if (f.z_loss > 0.0) add(" z_loss: %.6E |", f.z_loss);
-  for (size_t k = 0; k < f.mtp_losses.size(); ++k)
-    if (f.mtp_losses[k] >= 0.0) add(" mtp_%zu loss: %.6E |", k + 1, f.mtp_losses[k]);
-  if (f.indexer_loss >= 0.0) add(" indexer loss: %.6E |", f.indexer_loss);
-  if (f.kl_loss >= 0.0) add(" kl loss: %.6E |", f.kl_loss);
+  // Megatron's training_log: every total_loss_dict entry whose average is >= 0.
+  for (const auto& [key, value] : f.losses)
+    if (value >= 0.0) add(" %s: %.6E |", key.c_str(), value);
   add(" loss scale: %.1f |", f.loss_scale);
   if (f.has_grad_norm) add(" grad norm: %.3f |", f.grad_norm);
   if (f.num_zeros >= 0) add(" num zeros: %lld |", static_cast<long long>(f.num_zeros));
@@ -122,8 +114,6 @@ void add_training_scalars(TensorBoardWriter& w, const TensorBoardTrainingFlags& 
     w.add_scalar(tag + " vs samples", v, samples);
   };
   if (flags.learning_rate) both("learning-rate", s.learning_rate);
-  if (flags.learning_rate && s.decoupled_learning_rate >= 0.0)
-    w.add_scalar("decoupled-learning-rate", s.decoupled_learning_rate, it);
   if (flags.batch_size) both("batch-size", static_cast<double>(s.batch_size));
   both("lm loss", s.lm_loss);
   if (flags.loss_scale) both("loss-scale", s.loss_scale);

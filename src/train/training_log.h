@@ -40,6 +40,10 @@ struct FlopsModel {
 // FLOPs of one forward+backward over `batch_size` sequences (Megatron's formula, §5).
 double num_floating_point_operations(const FlopsModel& m, int64_t batch_size);
 
+// An ordered loss dict, (key, value) in the loss function's key order ("lm loss"; --stage dpo:
+// "rewards/accuracies", then "lm loss"), as Megatron's training log and evaluation average it.
+using LossDict = std::vector<std::pair<std::string, double>>;
+
 struct TrainingLogFields {
   int64_t iteration = 0, train_iters = 0, consumed_samples = 0, skipped_samples = 0;
   // --rl-use-sequence-packing: the bins trained so far, printed after consumed samples when > 0
@@ -53,32 +57,19 @@ struct TrainingLogFields {
   // recomputation left out) and "actual throughput per GPU with recompute (TFLOP/s/GPU)".
   bool op_cal_tflops = false;
   double actual_tflops_per_gpu = 0.0, actual_tflops_with_recompute_per_gpu = 0.0;
+  // Megatron main prints no decoupled learning rate (--decoupled-lr): its optimizer refactor of
+  // November 2025 dropped the field from the line and from TensorBoard.
   double learning_rate = 0.0;
-  double decoupled_learning_rate = -1.0;  // printed after it when >= 0 (--decoupled-lr)
   int64_t global_batch_size = 0;
-  // --stage dpo: MindSpeed-LLM's "rewards/accuracies" (averaged like lm loss), printed before lm
-  // loss as its loss dict orders them (skipped when <= 0, as every loss-dict entry).
-  double dpo_accuracy = -1.0;
-  double lm_loss = 0.0;  // average over the advanced iterations of the interval (skipped when <= 0)
-  // Further loss-dict entries printed after lm loss in this order, each skipped when <= 0
-  // (--perform-rl-step's rl/kl_term, rl/pi_over_pi_old, ...; train/grpo.h).
-  std::vector<std::pair<std::string, double>> extra_losses;
-  // MoE auxiliary losses (Megatron's tracker: without coefficients, mean over MoE layers), averaged
-  // like lm loss and printed after it: the load-balancing losses in order under their names
-  // (Megatron's tracker names: load_balancing_loss, seq_load_balancing_loss,
-  // global_load_balancing_loss), then "z_loss"; each skipped when <= 0.
-  std::vector<std::pair<std::string, double>> load_balancing_losses;
-  double z_loss = 0.0;
-  // --mtp-num-layers: each MTP layer's loss (Megatron's tracker, averaged like lm loss over the
-  // interval's advanced iterations), printed after them as "mtp_1 loss", "mtp_2 loss", ...
-  std::vector<double> mtp_losses;
-  // --experimental-attention-variant dsa: the indexer's KL loss (Megatron's tracker: coefficient
-  // included, mean over the DSA layers, averaged like lm loss), printed after them as "indexer loss"
-  // (skipped when negative).
-  double indexer_loss = -1.0;
-  // --qad-enable: MindSpeed's "kl loss" (the KL term without its weight, averaged like lm loss),
-  // printed after them (skipped when negative).
-  double kl_loss = -1.0;
+  // Megatron's total_loss_dict averaged over the interval's advanced iterations, in its order
+  // (train/total_loss_dict.h): the loss dict's keys ("lm loss"; --stage dpo: "rewards/accuracies"
+  // first; --perform-rl-step's rl/kl_term, ...; --qad-enable's "kl loss"), then the trackers' (the
+  // MoE auxiliary losses under their tracker names load_balancing_loss, seq_load_balancing_loss,
+  // global_load_balancing_loss and z_loss, mean over the MoE layers without coefficients; "mtp_1
+  // loss", "mtp_2 loss", ...; "indexer loss"). Each entry is printed as " key: %.6E |" when its
+  // average is >= 0 (so a present zero prints, e.g. lm loss of an interval whose iterations were
+  // all skipped); a key that is absent is not printed.
+  LossDict losses;
   double loss_scale = 1.0;
   bool has_grad_norm = true;
   double grad_norm = 0.0;
@@ -88,15 +79,14 @@ struct TrainingLogFields {
   // --perform-rl-step: Megatron's RL token-throughput fields (" toks/s: N | ..."), appended after
   // the skipped and nan counts as they are (train/grpo.h).
   std::string rl_throughput;
-  std::string timestamp;  // "YYYY-mm-dd HH:MM:SS"; now when empty
+  std::string timestamp;  // "YYYY-mm-dd HH:MM:SS.ffffff" (Megatron main's %f); now when empty
 };
 
 // What Megatron's training_log writes to TensorBoard at an iteration that is a multiple of
 // --tensorboard-log-interval (values of that iteration, not interval averages).
 struct TensorBoardTrainingScalars {
   int64_t iteration = 0, consumed_samples = 0;
-  double learning_rate = 0.0;
-  double decoupled_learning_rate = -1.0;  // 'decoupled-learning-rate' when >= 0 (--decoupled-lr)
+  double learning_rate = 0.0;  // no 'decoupled-learning-rate' (Megatron main dropped it)
   int64_t batch_size = 0, world_size = 1;
   double lm_loss = 0.0;  // this iteration's
   double loss_scale = 1.0;
@@ -121,16 +111,13 @@ struct TensorBoardTrainingFlags {
 void add_training_scalars(TensorBoardWriter& w, const TensorBoardTrainingFlags& flags,
                           const TensorBoardTrainingScalars& s);
 
-// Megatron's loss dict as an evaluation averages it: (key, value) in the loss function's key order
-// ("lm loss"; --stage dpo: "rewards/accuracies", then "lm loss").
-using LossDict = std::vector<std::pair<std::string, double>>;
-
 // evaluate_and_print_results' scalars, for each key: '<key> validation' (and with `ppl` '<key>
 // validation ppl', exp(min(20, value))), each also "vs samples" at step = consumed training samples.
 void add_validation_scalars(TensorBoardWriter& w, bool ppl, const LossDict& losses, int64_t iteration,
                             int64_t consumed_samples);
 
-// " [2025-05-20 15:48:49] iteration        1/      50 | consumed samples: ... |" exactly as Megatron.
+// " [2025-05-20 15:48:49.123456] iteration        1/      50 | consumed samples: ... |" exactly as
+// Megatron main's training_log.
 std::string format_training_log_line(const TrainingLogFields& f);
 
 // The three lines Megatron prints after an evaluation: a dashed rule, " validation loss at

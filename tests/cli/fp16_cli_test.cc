@@ -60,6 +60,40 @@ TEST(Fp16Cli, DynamicScalingSkipsOverflowsAndHalvesTheScaleAsMegatron) {
   EXPECT_LT(loss.back(), loss.front());  // it learns
 }
 
+// Megatron's training_log with MoE under fp16 from 2^32: its total_loss_dict gets the MoE
+// tracker's key at the first (skipped) iteration and "lm loss" only at the first advanced one, so
+// the skipped lines print load_balancing_loss and no lm loss, and every later line prints
+// load_balancing_loss before lm loss (the dict's insertion order). Gale's skipped iterations add 0
+// to the MoE entries (docs/formats/log-line.md), so those lines print 0.000000E+00.
+TEST(Fp16Cli, MoeTrackerKeyEntersTheLineBeforeLmLossWhenTheFirstIterationIsSkipped) {
+  testing::TempDir dir;
+  testing::CommandResult r = testing::run_gale(
+      "pretrain " + kModel +
+          " --fp16 --train-iters 20 --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64 "
+          "--moe-aux-loss-coeff 1e-2 --moe-token-dispatcher-type alltoall",
+      dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::vector<std::string> lines;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);)
+    if (line.find("| consumed samples:") != std::string::npos) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 20u) << r.out;
+  const std::regex skipped_line(R"(\| global batch size:     4 \| load_balancing_loss: 0\.000000E\+00 \| loss scale: [0-9.]+ \| number of skipped iterations:   1 \|)");
+  const std::regex trained_line(
+      R"(\| global batch size:     4 \| load_balancing_loss: [0-9.]+E[+-]\d\d \| lm loss: [0-9.]+E[+-]\d\d \| loss scale: [0-9.]+ \| grad norm: [0-9.]+ \| number of skipped iterations:   0 \|)");
+  ASSERT_TRUE(std::regex_search(lines[0], skipped_line)) << lines[0];
+  size_t trained = 0;
+  for (const std::string& line : lines) {
+    if (std::regex_search(line, trained_line)) {
+      ++trained;
+    } else {
+      EXPECT_TRUE(std::regex_search(line, skipped_line)) << line;
+    }
+  }
+  EXPECT_GT(trained, 0u) << r.out;
+  EXPECT_GT(logged_values(r.out, "load_balancing_loss").back(), 0.5) << r.out;
+}
+
 TEST(Fp16Cli, ConstantLossScaleTrainsCloseToFp32) {
   testing::TempDir dir;
   testing::CommandResult f32 = testing::run_gale("pretrain " + kModel + " --train-iters 6", dir.path());

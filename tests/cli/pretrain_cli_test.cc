@@ -32,11 +32,23 @@ TEST(GalePretrain, PrintsMegatronsLogLineAndValidation) {
   test::RunResult r = test::run_with_timeout(tiny({"--log-throughput"}), {}, 300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::regex line(
-      R"( \[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] iteration        6/       6 \| consumed samples:           24 \| elapsed time per iteration \(ms\): [0-9.]+ \| throughput per GPU \(TFLOP/s/GPU\): [0-9.]+ \| learning rate: [0-9.]+E[+-]\d\d \| global batch size:     4 \| lm loss: [0-9.]+E[+-]\d\d \| loss scale: 1\.0 \| grad norm: [0-9.]+ \| number of skipped iterations:   0 \| number of nan iterations:   0 \|)");
+      R"( \[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}\] iteration        6/       6 \| consumed samples:           24 \| elapsed time per iteration \(ms\): [0-9.]+ \| throughput per GPU \(TFLOP/s/GPU\): [0-9.]+ \| learning rate: [0-9.]+E[+-]\d\d \| global batch size:     4 \| lm loss: [0-9.]+E[+-]\d\d \| loss scale: 1\.0 \| grad norm: [0-9.]+ \| number of skipped iterations:   0 \| number of nan iterations:   0 \|)");
   EXPECT_TRUE(std::regex_search(r.output, line)) << r.output;
   EXPECT_NE(r.output.find(" validation loss at iteration 3 | lm loss value: "), std::string::npos);
   EXPECT_NE(r.output.find(" validation loss at iteration 6 on test set | lm loss value: "), std::string::npos);
   EXPECT_NE(r.output.find("GEMM: oneDNN"), std::string::npos);
+  // Megatron's print_datetime (main: '%Y-%m-%d %H:%M:%S.%f') before train()'s loop and after it
+  // returns, before the final evaluations.
+  std::smatch before, after;
+  ASSERT_TRUE(std::regex_search(
+      r.output, before, std::regex(R"(\[before the start of training step\] datetime: \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6} \n)")))
+      << r.output;
+  ASSERT_TRUE(std::regex_search(
+      r.output, after, std::regex(R"(\[after training is done\] datetime: \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6} \n)")))
+      << r.output;
+  EXPECT_LT(static_cast<size_t>(before.position(0)), r.output.find("] iteration        1/       6 |"));
+  EXPECT_GT(static_cast<size_t>(after.position(0)), r.output.find("] iteration        6/       6 |"));
+  EXPECT_LT(static_cast<size_t>(after.position(0)), r.output.find(" validation loss at iteration 6 on test set |"));
   std::vector<double> l = losses(r.output);
   ASSERT_EQ(l.size(), 6u);
   EXPECT_LT(l.back(), l.front());  // the mock data is learnable

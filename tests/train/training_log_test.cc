@@ -18,7 +18,7 @@ TrainingLogFields megatron_example_fields() {
   f.tflops_per_gpu = 123.5;
   f.learning_rate = 3.0e-5;
   f.global_batch_size = 32;
-  f.lm_loss = 10.83373;
+  f.losses = {{"lm loss", 10.83373}};
   f.grad_norm = 5.679;
   return f;
 }
@@ -59,7 +59,7 @@ TEST(TrainingLog, OptionalFields) {
   f.skipped_samples = 3;
   f.learning_rate = 1e-4;
   f.global_batch_size = 4;
-  f.lm_loss = 0.0;  // not printed when <= 0
+  // no loss entries: nothing between the batch size and the loss scale
   f.num_zeros = 12;
   f.params_norm = 250.125;
   f.skipped_iterations = 1;
@@ -68,14 +68,27 @@ TEST(TrainingLog, OptionalFields) {
   EXPECT_NE(line.find("| skipped samples:            3 |"), std::string::npos) << line;
   EXPECT_EQ(line.find("throughput"), std::string::npos);
   EXPECT_EQ(line.find("lm loss"), std::string::npos);
+  EXPECT_NE(line.find(" global batch size:     4 | loss scale: 1.0 |"), std::string::npos) << line;
   EXPECT_NE(line.find(" num zeros: 12 | params norm: 250.125 |"), std::string::npos) << line;
   EXPECT_NE(line.find(" number of skipped iterations:   1 | number of nan iterations:   1 |"), std::string::npos);
-  EXPECT_EQ(line.find("decoupled"), std::string::npos);
-  f.decoupled_learning_rate = 2.5e-5;  // --decoupled-lr: right after the learning rate, as Megatron
-  line = format_training_log_line(f);
-  EXPECT_NE(line.find(" learning rate: 1.000000E-04 | decoupled learning rate: 2.500000E-05 | global batch size:"),
-            std::string::npos)
-      << line;
+  // Megatron main's training_log: the learning rate, then the global batch size (no decoupled rate).
+  EXPECT_NE(line.find(" learning rate: 1.000000E-04 | global batch size:     4 |"), std::string::npos) << line;
+  EXPECT_EQ(line.find("decoupled"), std::string::npos) << line;
+}
+
+// Megatron's training_log prints every total_loss_dict entry as ' {key}: {avg:.6E} |' when
+// `avg >= 0.0`, in the dict's order, after the global batch size and before the loss scale: a zero
+// prints, a negative average does not.
+TEST(TrainingLog, LossEntriesPrintedWhenAtLeastZero) {
+  TrainingLogFields f = megatron_example_fields();
+  f.losses = {{"lm loss", 0.0}, {"load_balancing_loss", 0.0}, {"z_loss", -1.0e-3}, {"mtp_1 loss", 2.5},
+              {"indexer loss", 1.25e-4}};
+  EXPECT_EQ(format_training_log_line(f),
+            " [2025-05-20 15:48:49] iteration        1/      50 | consumed samples:           32 | elapsed time per "
+            "iteration (ms): 4256.1 | throughput per GPU (TFLOP/s/GPU): 123.5 | learning rate: 3.000000E-05 | global "
+            "batch size:    32 | lm loss: 0.000000E+00 | load_balancing_loss: 0.000000E+00 | mtp_1 loss: "
+            "2.500000E+00 | indexer loss: 1.250000E-04 | loss scale: 1.0 | grad norm: 5.679 | number of skipped "
+            "iterations:   0 | number of nan iterations:   0 |");
 }
 
 TEST(TrainingLog, ValidationBlock) {
