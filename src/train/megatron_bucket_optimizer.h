@@ -73,6 +73,7 @@ struct MegatronBucketParam {
   // Megatron's shared_embedding (tied embeddings at PP > 1: the first stage's embedding, the last stage's copy): the
   // distributed optimizer's buffer gives it a bucket of its own (the open bucket closes at its aligned start).
   bool own_bucket = false;
+  int64_t expert = -1;  // the global expert of a stacked experts key ([L, E, ...]: the [layer][expert] slice)
 };
 
 struct MegatronBucketLayout {
@@ -89,6 +90,11 @@ struct MegatronModelRank {
   // Tied embeddings (no --untie-embeddings-and-output-weights): a last stage that is not also the first holds its own
   // copy of the word embedding as output_layer.weight, listed under the embedding's key at the output layer's place.
   bool tied_embeddings = false;
+  // MoE: the expert parameters (mlp.experts.experts.*, stacked [L, E, ...]) sit in buffers of their own (Megatron's
+  // expert_parallel_buffers). experts = false: the dense buffer's parameters (no expert ones); true: the expert
+  // buffer's, expert-parallel rank ep_rank's E / ep_size local experts.
+  bool experts = false;
+  int64_t ep_size = 1, ep_rank = 0;
 };
 
 // The parameters of the model keys `c` holds in Megatron's model.parameters() order on model-parallel rank `rank`

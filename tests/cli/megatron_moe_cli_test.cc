@@ -186,11 +186,12 @@ TEST(MegatronMoeCli, ConvertWritesMoeModelsAtTpPpEp) {
       << r.output;
 }
 
-// tests/data/megatron/moe/torch_dist_adam_chained (tools/reference/megatron_moe_chained_optim_reference.py): the MoE
-// model after 7 AdamW steps as Megatron main's ChainedOptimizer [dense, experts] of distributed optimizers saves it
-// (fully_reshardable, bf16 weights with fp32 masters). gale pretrain continues it at iteration 8 in one process and at
-// EP 2 (each rank's two experts from the stacked global experts), with AdamW's update from the loaded state on every
-// element of every parameter (the experts' included), and the same first loss at EP 1 and EP 2.
+// tests/data/megatron/moe/torch_dist_adam_chained{,_buckets} (tools/reference/megatron_moe_chained_optim_reference.py):
+// the MoE model after 7 AdamW steps as Megatron main's ChainedOptimizer [dense, experts] of distributed optimizers
+// saves it (bf16 weights with fp32 masters) in the fully_reshardable layout and in the dp_reshardable one at EP 2.
+// gale pretrain continues each at iteration 8 in one process and at EP 2 (each rank's two experts from the global
+// experts), with AdamW's update from the loaded state on every element of every parameter (the experts' included), and
+// the same first loss everywhere.
 TEST(MegatronMoeCli, PretrainResumesMegatronsChainedExpertAdamState) {
   TempDir tmp;
   write_small_dataset(tmp.file("data_text_document"));
@@ -202,32 +203,38 @@ TEST(MegatronMoeCli, PretrainResumesMegatronsChainedExpertAdamState) {
   flags.insert(flags.end(), {"--optimizer", "adam", "--adam-beta1", "0.9", "--adam-beta2", "0.95", "--adam-eps",
                              "1e-8", "--weight-decay", "0.1", "--min-lr", "1e-4", "--lr-decay-style", "linear",
                              "--lr-warmup-iters", "2", "--lr-decay-iters", "20", "--bf16", "--save-interval", "8"});
-  const std::string dir = fixture("torch_dist_adam_chained");
-  auto from = read_megatron_checkpoint(dir, kUnset, /*with_optimizer=*/true);
-  ASSERT_TRUE(from.ok()) << from.status().message();
   std::vector<double> first_loss;
   int k = 0;
-  for (const std::vector<std::string>& layout :
-       {std::vector<std::string>{}, std::vector<std::string>{"--expert-model-parallel-size", "2"}}) {
-    SCOPED_TRACE(layout.empty() ? "one process" : "EP 2");
-    const std::string save = tmp.file(str_cat("out", k++));
-    std::vector<std::string> extra = layout;
-    extra.insert(extra.end(), {"--load", dir, "--save", save});
-    test::RunResult r = pretrain(layout.empty() ? 1 : 2, flags, extra);
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_NE(r.output.find("adam optimizer state (fully_reshardable: exp_avg, exp_avg_sq; step 7)"), std::string::npos)
-        << r.output;
-    EXPECT_NE(r.output.find("successfully loaded checkpoint from " + dir + " at iteration 7"), std::string::npos)
-        << r.output;
-    const std::vector<double> lr = testing::logged_values(r.output, "learning rate");
-    ASSERT_EQ(lr.size(), 1u) << r.output;
-    EXPECT_NEAR(lr[0], 7e-4, 1e-12);
-    const std::vector<double> loss = testing::logged_values(r.output, "lm loss");
-    ASSERT_EQ(loss.size(), 1u) << r.output;
-    first_loss.push_back(loss[0]);
-    megatron_adamw::expect_adamw_step(*from, save, "torch_dist_adam_chained", 5000);
+  for (const char* layout_name : {"fully_reshardable", "dp_reshardable"}) {
+    const std::string dir =
+        fixture(std::string(layout_name) == "dp_reshardable" ? "torch_dist_adam_chained_buckets" : "torch_dist_adam_chained");
+    auto from = read_megatron_checkpoint(dir, kUnset, /*with_optimizer=*/true);
+    ASSERT_TRUE(from.ok()) << from.status().message();
+    for (const std::vector<std::string>& layout :
+         {std::vector<std::string>{}, std::vector<std::string>{"--expert-model-parallel-size", "2"}}) {
+      SCOPED_TRACE(str_cat(layout_name, layout.empty() ? " one process" : " EP 2"));
+      const std::string save = tmp.file(str_cat("out", k++));
+      std::vector<std::string> extra = layout;
+      extra.insert(extra.end(), {"--load", dir, "--save", save});
+      test::RunResult r = pretrain(layout.empty() ? 1 : 2, flags, extra);
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      EXPECT_NE(r.output.find(str_cat("adam optimizer state (", layout_name, ": exp_avg, exp_avg_sq; step 7)")),
+                std::string::npos)
+          << r.output;
+      EXPECT_NE(r.output.find("successfully loaded checkpoint from " + dir + " at iteration 7"), std::string::npos)
+          << r.output;
+      const std::vector<double> lr = testing::logged_values(r.output, "learning rate");
+      ASSERT_EQ(lr.size(), 1u) << r.output;
+      EXPECT_NEAR(lr[0], 7e-4, 1e-12);
+      const std::vector<double> loss = testing::logged_values(r.output, "lm loss");
+      ASSERT_EQ(loss.size(), 1u) << r.output;
+      first_loss.push_back(loss[0]);
+      megatron_adamw::expect_adamw_step(*from, save, dir, 5000);
+    }
   }
-  EXPECT_NEAR(first_loss[1], first_loss[0], 1e-5 * first_loss[0]);
+  // The same state in both layouts: the same first loss, to the bit in one process.
+  EXPECT_EQ(first_loss[2], first_loss[0]);
+  for (double l : first_loss) EXPECT_NEAR(l, first_loss[0], 1e-5 * first_loss[0]);
 }
 
 }  // namespace

@@ -303,16 +303,23 @@ TEST(MegatronDistOptimizerErrors, ChainedOptimizersGaleCannotRead) {
   };
   const std::string out_way = "; pass --no-load-optim (or --finetune) to load the model weights and iteration only";
   {
-    PyRef common = fresh();  // the bucket-space layouts: each optimizer's buffers under chained_<i>.
+    PyRef common = fresh();  // the bucket-space layouts name each optimizer's objects and buffers chained_<i>.
     for (size_t i : {0, 1}) sub(common, i)->set("param_state_sharding_type", PyValue::str("dp_reshardable"));
     auto o = read_megatron_dist_optimizer(*c, *common, common->get("args"), "D");
     ASSERT_FALSE(o.ok());
+    EXPECT_EQ(o.status().code(), StatusCode::kDataLoss);
+    EXPECT_EQ(o.status().message(),
+              "D: Megatron's 'dp_reshardable' optimizer layout of a chained optimizer: expected the object "
+              "'chained_0.optimizer.distributed.dp_group_idx_0.optimizer/shard_0_1' (the param groups and step), found "
+              "none" + out_way);
+    // Without args.num_experts (a chain other than Megatron's MoE one): refused.
+    o = read_megatron_dist_optimizer(*c, *common, nullptr, "D");
+    ASSERT_FALSE(o.ok());
     EXPECT_EQ(o.status().code(), StatusCode::kUnimplemented);
     EXPECT_EQ(o.status().message(),
-              "D: the state of several optimizers (Megatron's ChainedOptimizer: MoE expert parameters or "
-              "--decoupled-lr) in the distributed optimizer's 'dp_reshardable' layout (each optimizer's buffers under "
-              "chained_<i>.optimizer.distributed.*): not supported yet; Gale reads a chained optimizer's "
-              "fully_sharded_model_space and fully_reshardable layouts and the non-distributed one" + out_way);
+              "D: the state of 2 chained optimizers in the distributed optimizer's 'dp_reshardable' layout (each "
+              "optimizer's buffers under chained_<i>.optimizer.distributed.*) without args.num_experts: not supported "
+              "yet (Gale reads the bucket-space layouts of Megatron's MoE chain [dense, experts] only)" + out_way);
   }
   {
     PyRef common = fresh();

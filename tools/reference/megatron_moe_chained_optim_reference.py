@@ -281,6 +281,125 @@ def main():
     with open(os.path.join(a.out, "torch_dist_adam_chained.json"), "w") as f:
         json.dump(ref, f, indent=1)
         f.write("\n")
+    write_buckets(a.out, new, new_common, p, opts)
+
+
+# --- the dp_reshardable layout at EP 2 (torch_dist_adam_chained_buckets) ---------------------------------------------
+EP, DP, BUCKET = 2, 2, 300  # world 2: dense DP 2 (one model-parallel rank), EP 2 x expert DP 1
+DTYPE = "(torch.bfloat16, torch.float32)"
+
+
+def registration_order(params, num_layers, experts, ep_rank):
+    """model.parameters() of Megatron's local-spec GPTModel with MoE layers, as (key, layer, expert) with the dense
+    buffer's parameters (experts None) or expert-parallel rank ep_rank's local experts (SequentialMLP local_experts):
+    embedding; per layer input_layernorm, linear_proj, linear_qkv, pre_mlp_layernorm, MoELayer's router, experts and
+    shared experts (MLP: linear_fc1, linear_fc2); the final norm; the output layer."""
+    layer_order = ["self_attention.linear_qkv.layer_norm_weight", "self_attention.linear_qkv.layer_norm_bias",
+                   "self_attention.linear_proj.weight", "self_attention.linear_qkv.weight",
+                   "mlp.linear_fc1.layer_norm_weight", "mlp.linear_fc1.layer_norm_bias", "mlp.router.weight",
+                   "EXPERTS", "mlp.shared_experts.linear_fc1.weight", "mlp.shared_experts.linear_fc2.weight"]
+    out = []
+    if experts is None:
+        out.append(("embedding.word_embeddings.weight", None, None))
+    for layer in range(num_layers):
+        for sub in layer_order:
+            key = "decoder.layers." + sub
+            if sub == "EXPERTS":
+                if experts is not None:
+                    for j in range(experts // EP):
+                        for lin in ("linear_fc1", "linear_fc2"):
+                            out.append((f"decoder.layers.mlp.experts.experts.{lin}.weight", layer,
+                                        ep_rank * (experts // EP) + j))
+                continue
+            if experts is None:
+                assert key in params, key
+                out.append((key, layer, None))
+    if experts is None:
+        out += [("decoder.final_layernorm.weight", None, None), ("decoder.final_layernorm.bias", None, None),
+                ("output_layer.weight", None, None)]
+    return out
+
+
+def piece(t, layer, expert):
+    return t if layer is None else t[layer] if expert is None else t[layer, expert]
+
+
+def buckets_of(order, p):
+    """_ParamAndGradBuffer with the distributed optimizer: parameters in reverse order, each starting at a multiple
+    of 64; a bucket closes after the parameter that brings it to BUCKET elements, the next starting at a multiple of
+    lcm(DP, 128). Returns per bucket [(entry, offset in bucket)], numel_unpadded."""
+    buckets, cur, start, at = [], [], 0, 0
+    for entry in reversed(order):
+        n = piece(p[entry[0]], entry[1], entry[2]).numel()
+        at = (at + 63) // 64 * 64
+        cur.append((entry, at - start))
+        at += n
+        if at - start >= BUCKET:
+            buckets.append((cur, at - start))
+            cur, start = [], (at + 127) // 128 * 128
+            at = start
+    if cur:
+        buckets.append((cur, at - start))
+    return buckets
+
+
+def obj(value):
+    buf = io.BytesIO()
+    torch.save(value, buf)
+    return (None, None, buf.getvalue())
+
+
+def write_buckets(out, model_space, common, p, opts):
+    """Megatron main's chained [dense, experts] DistributedOptimizer state in the dp_reshardable layout, saved at
+    EP 2 x TP 1 x PP 1 with DP 2, --overlap-grad-reduce --ddp-bucket-size 300: each optimizer's sharded state dict
+    prefixed chained_<i>. (dp_reshardable is not a fully reshardable format); the dense buffer under
+    dp_group_idx_0 (its model-parallel rank), each EP rank's expert buffer under dp_group_idx_<EP rank> (its rank in
+    the tp-ep-pp expert group); one tensor per bucket and state of its numel_unpadded elements (zeros in the
+    padding), the param groups, per_bucket_numel and per_bucket_numel_unpadded as objects."""
+    out_dir = os.path.join(out, "torch_dist_adam_chained_buckets")
+    shutil.rmtree(out_dir, ignore_errors=True)
+    it = os.path.join(out_dir, "iter_0000007")
+    entries = {k: v for k, v in model_space.items() if not k.startswith("optimizer.")}
+    num_layers = common["args"].num_layers
+    experts = common["args"].num_experts
+    states = {"param": lambda k: p[k].detach()}
+    for name in ("exp_avg", "exp_avg_sq"):
+        states[name] = (lambda nm: lambda k: opts[is_expert(k)].state[p[k]][nm])(name)
+    ranks = [("chained_0.", 0, registration_order(p, num_layers, None, 0))]
+    ranks += [("chained_1.", e, registration_order(p, num_layers, experts, e)) for e in range(EP)]
+    sizes = {}
+    for prefix, group, order in ranks:
+        head = f"{prefix}optimizer.distributed.dp_group_idx_{group}."
+        buckets = buckets_of(order, p)
+        unpadded = [n for _, n in buckets]
+        sizes[f"{prefix}{group}"] = unpadded
+        lcm = 128 * DP // __import__("math").gcd(128, DP)
+        padded = [(n + lcm - 1) // lcm * lcm for n in unpadded]
+        for b, (members, n) in enumerate(buckets):
+            for name, get in states.items():
+                t = torch.zeros(n, dtype=torch.float32)
+                for (key, layer, expert), off in members:
+                    x = piece(get(key), layer, expert).reshape(-1).float()
+                    t[off:off + x.numel()] = x
+                entries[f"{head}gbuf_idx_0.dtype_{DTYPE}.bucket_idx_{b}.{name}"] = (t, [((0,), (n,))])
+        sub = common["optimizer"][0 if prefix == "chained_0." else 1]
+        entries[f"{head}optimizer/shard_0_1"] = obj([sub["optimizer"]])
+        entries[f"{head}per_bucket_numel/shard_0_1"] = obj([[{(torch.bfloat16, torch.float32): padded}]])
+        entries[f"{head}per_bucket_numel_unpadded/shard_0_1"] = obj([[{(torch.bfloat16, torch.float32): unpadded}]])
+    write_dcp(it, entries)
+    with open(os.path.join(out_dir, "latest_checkpointed_iteration.txt"), "w") as f:
+        f.write(str(ITERATION))
+    c = dict(common)
+    args = copy.deepcopy(common["args"])
+    args.dist_ckpt_optim_fully_reshardable = False
+    args.expert_model_parallel_size, args.data_parallel_size = EP, DP
+    args.overlap_grad_reduce, args.ddp_bucket_size = True, BUCKET
+    args.world_size = EP
+    c["args"] = args
+    c["optimizer"] = {0: {"param_state_sharding_type": "dp_reshardable"},
+                      1: {"param_state_sharding_type": "dp_reshardable"}}
+    torch.save(c, os.path.join(it, "common.pt"))
+    print("bucket sizes (numel_unpadded):", sizes)
 
 
 if __name__ == "__main__":
