@@ -42,10 +42,19 @@
 // against the embedding's piece and its state must equal the first stage's bit for bit (Megatron all-reduces the two
 // copies' gradients), else DataLoss.
 //
+// MoE (args.num_experts > 0): Megatron's ChainedOptimizer [dense, experts] saves each optimizer's objects and buffers
+// under its chained_<i>. prefix. The dense buffer (chained_0., dp_group_idx_<t + TP·p>) holds every parameter but the
+// experts' — MoELayer registers its router, its experts, then its shared experts (the router's expert_bias is a buffer,
+// in none) —; the experts (mlp.experts.experts.linear_fc1/fc2, stacked [L, E, ...]) sit in Megatron's
+// expert_parallel_buffers: expert-parallel rank e's buffer (chained_1., dp_group_idx_<e + EP·p>, its rank in the
+// tp-ep-pp expert group at expert TP 1) holds its E / EP local experts of the stage's layers, each local expert's
+// linear_fc1 then linear_fc2, laid out and checked (bucket sizes, masters against the [layer][expert] slice of the
+// weights) as above, then placed at its global expert.
+//
 // Refused (Unimplemented, naming --no-load-optim): virtual pipeline chunks (a buffer per chunk: several gbuf_idx, the
-// chunks after the first one bucket each) and pipeline_model_parallel_layout, several buffers (MoE expert parameters,
-// several parameter dtypes), models whose parameter names Gale cannot place in Megatron's order, args without
-// transformer_impl; a split Megatron refuses itself (num_layers not divisible by PP without the uneven flags, ...) is
+// chunks after the first one bucket each) and pipeline_model_parallel_layout, several buffers of one optimizer
+// (several parameter dtypes), expert TP > 1, MoE with Transformer Engine's names or per-layer expert keys, models whose
+// parameter names Gale cannot place in Megatron's order, args without transformer_impl; a split Megatron refuses itself (num_layers not divisible by PP without the uneven flags, ...) is
 // DataLoss naming the args. A checkpoint whose buckets disagree with the rebuilt layout is DataLoss, naming the bucket
 // (and the model-parallel rank), what was expected and found.
 #pragma once
