@@ -140,24 +140,26 @@ StatusOr<int64_t> saved_bucket_size(const PyValue* args, int64_t num_parameters,
 
 // The saved per_bucket_numel_unpadded ([a list with, per buffer, {(param dtype, grad dtype): [per bucket]}]) of
 // the one buffer, or nullopt when not saved.
-StatusOr<std::optional<std::vector<int64_t>>> saved_unpadded(const DcpCheckpoint& c, const std::string& key) {
+StatusOr<std::optional<std::vector<int64_t>>> saved_unpadded(const DcpCheckpoint& c, const std::string& key,
+                                                             int64_t gbuf, int64_t buffers) {
   if (!c.objects().count(key)) return std::optional<std::vector<int64_t>>();
   GALE_ASSIGN_OR_RETURN(PyRef v, c.read_object(key));
   if (v->kind == PyValue::kList && v->items.size() == 1 && v->items[0]->kind == PyValue::kList)
     v = v->items[0];  // Megatron's torch_dist stores a ShardedObject's data in a one-element list
-  if ((v->kind == PyValue::kList || v->kind == PyValue::kTuple) && v->items.size() == 1 &&
-      v->items[0]->kind == PyValue::kDict && v->items[0]->entries.size() == 1) {
-    const PyValue& sizes = *v->items[0]->entries[0].second;
+  if ((v->kind == PyValue::kList || v->kind == PyValue::kTuple) && static_cast<int64_t>(v->items.size()) == buffers &&
+      v->items[gbuf]->kind == PyValue::kDict && v->items[gbuf]->entries.size() == 1) {
+    const PyValue& sizes = *v->items[gbuf]->entries[0].second;
     std::vector<int64_t> out;
     for (const PyRef& n : sizes.items)
       if (n->kind == PyValue::kInt) out.push_back(n->i);
     if (sizes.kind == PyValue::kList && out.size() == sizes.items.size())
       return std::optional<std::vector<int64_t>>(out);
   }
-  return DataLoss(c.directory(), ": object '", key, "': expected a list with one {(param dtype, grad dtype): [bucket "
-                  "sizes]} (one buffer), found ", v->type_name(),
+  return DataLoss(c.directory(), ": object '", key, "': expected a list with ", buffers, " {(param dtype, grad dtype): "
+                  "[bucket sizes]} (one buffer per model chunk), found ", v->type_name(),
                   v->items.empty() ? "" : str_cat(" of ", v->items.size(), ", the first a ", v->items[0]->type_name(),
-                                                  " of ", v->items[0]->entries.size() + v->items[0]->items.size()));
+                                                  " of ", v->items[0]->entries.size() + v->items[0]->items.size()),
+                  "; ", kOutWay);
 }
 
 std::string bucket_list(const std::vector<int64_t>& v) {
@@ -346,7 +348,7 @@ StatusOr<std::vector<float>> f32_elements(const Tensor& t, const std::string& wh
 // names, the masters as fp32_param); other ranks' tensors are skipped.
 StatusOr<BucketSource> bucket_tensors(const DcpCheckpoint& c, const MegatronBucketLayout& layout, int64_t group,
                                       const std::string& what, std::vector<std::string>* states,
-                                      const std::string& prefix) {
+                                      const std::string& prefix, int64_t gbuf, int64_t buffers) {
   auto keys = std::make_shared<std::map<std::string, std::map<int64_t, std::string>>>();  // state -> bucket -> key
   std::string dtype;
   for (const auto& [key, info] : c.tensors()) {
@@ -356,14 +358,15 @@ StatusOr<BucketSource> bucket_tensors(const DcpCheckpoint& c, const MegatronBuck
       return DataLoss(c.directory(), ": optimizer tensor '", key, "': expected optimizer.distributed.dp_group_idx_<G>."
                       "gbuf_idx_<I>.dtype_<D>.bucket_idx_<B>.<state>");
     if (k.group != group) continue;
-    if (k.gbuf != 0 || (!dtype.empty() && k.dtype != dtype))
-      return Unimplemented(what, ": several gradient buffers (tensor '", key, "': MoE expert parameters, several "
-                           "parameter dtypes or model-parallel groups): not supported yet; ", kOutWay);
+    if (k.gbuf >= buffers || (k.gbuf == gbuf && !dtype.empty() && k.dtype != dtype))
+      return Unimplemented(what, ": several gradient buffers (tensor '", key, "': several parameter dtypes, or more "
+                           "model chunks than the ", buffers, " the saved args give): not supported yet; ", kOutWay);
+    if (k.gbuf != gbuf) continue;  // another model chunk's buffer
     dtype = k.dtype;
     (*keys)[k.state == "param" ? "fp32_param" : k.state][k.bucket] = key;
   }
   if (keys->empty())
-    return DataLoss(what, ": expected its bucket tensors (optimizer.distributed.dp_group_idx_", group, ".gbuf_idx_0."
+    return DataLoss(what, ": expected its bucket tensors (optimizer.distributed.dp_group_idx_", group, ".gbuf_idx_", gbuf, "."
                     "dtype_<D>.bucket_idx_<B>.param / exp_avg / exp_avg_sq), found none; ", kOutWay);
   const int64_t buckets = static_cast<int64_t>(layout.bucket_numel_unpadded.size());
   for (const auto& [state, by_bucket] : *keys) {
@@ -392,7 +395,7 @@ StatusOr<BucketSource> bucket_tensors(const DcpCheckpoint& c, const MegatronBuck
 // Model-parallel rank `group`'s object optimizer.distributed.dp_group_idx_<group>.param_state.
 StatusOr<BucketSource> gathered_buffers(const DcpCheckpoint& c, const MegatronBucketLayout& layout, int64_t group,
                                         const std::string& what, std::vector<std::string>* states,
-                                        const std::string& prefix) {
+                                        const std::string& prefix, int64_t gbuf, int64_t buffers) {
   const std::string key = str_cat(prefix, kBuckets, "dp_group_idx_", group, ".param_state/shard_0_1");
   if (!c.objects().count(key))
     return DataLoss(what, ": expected the object '", key, "' (the gathered buffers), found none; ", kOutWay);
@@ -401,10 +404,10 @@ StatusOr<BucketSource> gathered_buffers(const DcpCheckpoint& c, const MegatronBu
   const PyValue* per_dtype = nullptr;
   for (const auto& [k, x] : v->entries)
     if (k->kind == PyValue::kInt) {
-      if (k->i != 0 || x->kind != PyValue::kDict || x->entries.size() != 1)
+      if (k->i < 0 || k->i >= buffers || x->kind != PyValue::kDict || x->entries.size() != 1)
         return Unimplemented(what, ": several gradient buffers (MoE expert parameters or several parameter dtypes): "
                              "not supported yet; ", kOutWay);
-      per_dtype = x->entries[0].second.get();
+      if (k->i == gbuf) per_dtype = x->entries[0].second.get();
     }
   if (v->kind != PyValue::kDict || per_dtype == nullptr || per_dtype->kind != PyValue::kDict)
     return DataLoss(what, ": object '", key, "': expected {0: {(param dtype, grad dtype): {'param', 'exp_avg', "
@@ -542,19 +545,37 @@ Status read_megatron_bucket_state(const DcpCheckpoint& c, const PyValue* args, c
                       "*: found ", dense ? "" : "no chained_0. ", !dense && !experts ? "and " : "",
                       experts ? "" : "no chained_1. ", "entries; ", kOutWay);
   }
-  std::vector<int64_t> stage_layers(static_cast<size_t>(pp), pp > 1 ? num_layers / pp : -1);
-  if (pp > 1) {
-    for (const char* name : {"virtual_pipeline_model_parallel_size", "num_layers_per_virtual_pipeline_stage",
-                             "pipeline_model_parallel_layout"}) {
-      const std::string v = set_attr(args, name);
-      if (!v.empty() && !(v == "1" && std::string(name) == "virtual_pipeline_model_parallel_size"))
-        return Unimplemented(what, " saved at PP ", pp, " with args.", name, " ", v, ": not supported yet (Gale "
-                             "rebuilds the buffers of one model chunk per stage); ", kOutWay);
-    }
-    GALE_ASSIGN_OR_RETURN(stage_layers, megatron_stage_layers(args, pp, num_layers, what));
-  }
   const PyValue* untie = args ? args->attr("untie_embeddings_and_output_weights") : nullptr;
   const bool tied = !(untie && untie->kind == PyValue::kBool && untie->b);
+  std::vector<int64_t> stage_layers(static_cast<size_t>(pp), pp > 1 ? num_layers / pp : -1);
+  int64_t chunks = 1, chunk_layers = -1;  // virtual pipeline chunks per stage and their layers
+  if (pp > 1) {
+    if (const std::string v = set_attr(args, "pipeline_model_parallel_layout"); !v.empty())
+      return Unimplemented(what, " saved at PP ", pp, " with args.pipeline_model_parallel_layout ", v, ": not "
+                           "supported yet (Gale rebuilds the buffers of even virtual pipeline chunks); ", kOutWay);
+    GALE_ASSIGN_OR_RETURN(stage_layers, megatron_stage_layers(args, pp, num_layers, what));
+    chunks = std::max<int64_t>(1, int_attr(args, "virtual_pipeline_model_parallel_size", 1));
+    if (const int64_t n = int_attr(args, "num_layers_per_virtual_pipeline_stage", 0); n > 0 && chunks == 1 &&
+        num_layers % (n * pp) == 0)
+      chunks = num_layers / (n * pp);
+    if (chunks > 1) {
+      const std::string why =
+          num_layers % (pp * chunks) != 0 ? str_cat("args.num_layers ", num_layers, " not divisible by PP x chunks")
+          : chained                       ? std::string("MoE expert buffers per chunk")
+          : tied                          ? std::string("tied embeddings")
+          : !set_attr(args, "decoder_first_pipeline_num_layers").empty() ||
+                  !set_attr(args, "decoder_last_pipeline_num_layers").empty() ||
+                  !set_attr(args, "account_for_embedding_in_pipeline_split").empty() ||
+                  !set_attr(args, "account_for_loss_in_pipeline_split").empty()
+              ? std::string("an uneven pipeline split")
+              : std::string();
+      if (!why.empty())
+        return Unimplemented(what, " saved at PP ", pp, " with ", chunks, " virtual pipeline chunks and ", why,
+                             ": not supported yet (Gale rebuilds the buffers of even virtual pipeline chunks of a "
+                             "dense model with untied embeddings); ", kOutWay);
+      chunk_layers = num_layers / (pp * chunks);
+    }
+  }
   if (tied && pp > 1) GALE_RETURN_IF_ERROR(check_tied_checkpoint(c, dir));  // before the first stage's buckets
   const PyValue* impl = args ? args->attr("transformer_impl") : nullptr;
   if (impl == nullptr || impl->kind != PyValue::kString)
@@ -579,27 +600,32 @@ Status read_megatron_bucket_state(const DcpCheckpoint& c, const PyValue* args, c
   std::map<std::string, std::map<std::string, Tensor>> global;  // state -> model key -> global tensor
   // One model-parallel rank's buffers (under `prefix`, dp_group_idx_<group>) cut into its parameters, its masters
   // checked against its piece of the weights.
+  // With virtual pipeline chunks, chunk `gbuf` of `buffers` (gbuf_idx_<chunk>); Megatron buckets the first chunk only.
   auto read_rank = [&](const std::string& prefix, int64_t group, const MegatronModelRank& rank,
-                       const std::string& rank_what) -> StatusOr<RankState> {
+                       const std::string& rank_what, int64_t gbuf = 0, int64_t buffers = 1) -> StatusOr<RankState> {
     GALE_ASSIGN_OR_RETURN(std::vector<MegatronBucketParam> order,
                           megatron_parameter_order(c, impl->s, num_layers, dir, rank));
     int64_t num_parameters = 0;
     for (const MegatronBucketParam& q : order) num_parameters += q.numel;
     GALE_ASSIGN_OR_RETURN(int64_t bucket_size, saved_bucket_size(args, num_parameters, dir + "/common.pt"));
+    if (gbuf > 0) bucket_size = 0;  // training.get_model: disable_bucketing for the chunks after the first
     const MegatronBucketLayout layout = megatron_bucket_layout(std::move(order), bucket_size);
     const std::string size_text = bucket_size > 0 ? str_cat("bucket size ", bucket_size) : "one bucket";
     const std::string sizes_key =
         str_cat(prefix, kBuckets, "dp_group_idx_", group, ".per_bucket_numel_unpadded/shard_0_1");
-    GALE_ASSIGN_OR_RETURN(auto saved, saved_unpadded(c, sizes_key));
+    GALE_ASSIGN_OR_RETURN(auto saved, saved_unpadded(c, sizes_key, gbuf, buffers));
     if (saved && *saved != layout.bucket_numel_unpadded)
-      return DataLoss(rank_what, ": the saved bucket sizes ", bucket_list(*saved), " (", sizes_key,
+      return DataLoss(rank_what, buffers > 1 ? str_cat(", model chunk ", gbuf) : "", ": the saved bucket sizes ",
+                      bucket_list(*saved), " (", sizes_key, buffers > 1 ? str_cat(", buffer ", gbuf) : "",
                       ") differ from the ", bucket_list(layout.bucket_numel_unpadded),
                       " of the buffer layout Gale rebuilt from the saved args (", size_text, ", transformer_impl '",
                       impl->s, "'); ", kOutWay);
     std::vector<std::string> states;
     GALE_ASSIGN_OR_RETURN(BucketSource source, o->layout == "dp_zero_gather_scatter"
-                                                   ? gathered_buffers(c, layout, group, rank_what, &states, prefix)
-                                                   : bucket_tensors(c, layout, group, rank_what, &states, prefix));
+                                                   ? gathered_buffers(c, layout, group, rank_what, &states, prefix,
+                                                                      gbuf, buffers)
+                                                   : bucket_tensors(c, layout, group, rank_what, &states, prefix,
+                                                                    gbuf, buffers));
     RankState local;
     for (const std::string& state : states)
       for (int64_t b = 0; b < static_cast<int64_t>(layout.bucket_numel_unpadded.size()); ++b) {
@@ -708,8 +734,25 @@ Status read_megatron_bucket_state(const DcpCheckpoint& c, const PyValue* args, c
       rank.last_stage = p == pp - 1;
       rank.swiglu = gated;
       rank.tied_embeddings = tied;
-      GALE_ASSIGN_OR_RETURN(RankState local, read_rank(dense_prefix, group, rank, rank_what));
-      stage.push_back(std::move(local));
+      if (chunks == 1) {
+        GALE_ASSIGN_OR_RETURN(RankState local, read_rank(dense_prefix, group, rank, rank_what));
+        stage.push_back(std::move(local));
+        continue;
+      }
+      // Virtual pipeline chunks: chunk v of pipeline rank p is virtual stage v·PP + p (its layers
+      // [(v·PP + p)·n, +n)); the embedding in the first chunk of the first rank, the final norm and output layer in
+      // the last chunk of the last rank; one buffer per chunk (gbuf_idx_<v>).
+      RankState merged;
+      for (int64_t v = 0; v < chunks; ++v) {
+        rank.num_layers = chunk_layers;
+        rank.first_layer = (v * pp + p) * chunk_layers;
+        rank.first_stage = p == 0 && v == 0;
+        rank.last_stage = p == pp - 1 && v == chunks - 1;
+        GALE_ASSIGN_OR_RETURN(RankState local, read_rank(dense_prefix, group, rank, rank_what, v, chunks));
+        for (auto& [state, pieces] : local)
+          for (auto& [at, x] : pieces) merged[state][at] = std::move(x);
+      }
+      stage.push_back(std::move(merged));
     }
     GALE_RETURN_IF_ERROR(merge(stage, p));
   }

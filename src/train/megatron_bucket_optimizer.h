@@ -51,8 +51,14 @@
 // linear_fc1 then linear_fc2, laid out and checked (bucket sizes, masters against the [layer][expert] slice of the
 // weights) as above, then placed at its global expert.
 //
-// Refused (Unimplemented, naming --no-load-optim): virtual pipeline chunks (a buffer per chunk: several gbuf_idx, the
-// chunks after the first one bucket each) and pipeline_model_parallel_layout, several buffers of one optimizer
+// Virtual pipeline chunks (args.virtual_pipeline_model_parallel_size or num_layers_per_virtual_pipeline_stage, an even
+// split): each chunk is its own DDP module, so pipeline rank p's optimizer holds one buffer per chunk, numbered in
+// chunk order (gbuf_idx_<v>; per_bucket_numel_unpadded lists one {dtype: sizes} per chunk); chunk v holds virtual
+// stage v·PP + p's layers, the embedding in rank 0's chunk 0, the final norm and output layer in the last rank's last
+// chunk; training.get_model disables bucketing for the chunks after the first (one bucket each).
+//
+// Refused (Unimplemented, naming --no-load-optim): virtual pipeline chunks with an uneven split, tied embeddings or
+// MoE, pipeline_model_parallel_layout, several buffers of one optimizer
 // (several parameter dtypes), expert TP > 1, MoE with Transformer Engine's names or per-layer expert keys, models whose
 // parameter names Gale cannot place in Megatron's order, args without transformer_impl; a split Megatron refuses itself (num_layers not divisible by PP without the uneven flags, ...) is
 // DataLoss naming the args. A checkpoint whose buckets disagree with the rebuilt layout is DataLoss, naming the bucket

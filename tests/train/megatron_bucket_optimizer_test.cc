@@ -411,11 +411,12 @@ TEST(MegatronBucketLayoutErrors, Tp2Pp2RunsGaleCannotRead) {
                    "layer saved as its replica)");
   }
   {
-    Saved s(kTp2Pp2);  // virtual pipeline chunks: a buffer per chunk
+    Saved s(kTp2Pp2);  // virtual pipeline chunks of a model whose layers do not split into them
     s.args->state->set("virtual_pipeline_model_parallel_size", PyValue::integer(2));
     expect_message(s.read(), StatusCode::kUnimplemented,
-                   what + " saved at PP 2 with args.virtual_pipeline_model_parallel_size 2: not supported yet (Gale "
-                   "rebuilds the buffers of one model chunk per stage)");
+                   what + " saved at PP 2 with 2 virtual pipeline chunks and args.num_layers 2 not divisible by PP x "
+                   "chunks: not supported yet (Gale rebuilds the buffers of even virtual pipeline chunks of a dense "
+                   "model with untied embeddings)");
   }
   {
     Saved s(kTp2Pp2);  // the even split spelt out: read as saved
@@ -591,6 +592,88 @@ TEST(MegatronBucketLayoutErrors, MoeChainedBuffersThatDoNotFitTheArgs) {
     s.args->state->set("transformer_impl", PyValue::str("transformer_engine"));
     expect_error(s.read(), StatusCode::kUnimplemented, "its place in Megatron's parameter order with transformer_impl "
                                                        "'transformer_engine'");
+  }
+}
+
+// tests/data/megatron/torch_dist_adam_buckets_vpp (tools/reference/megatron_vpp_buckets_optim_reference.py): a 4-layer
+// model's dp_reshardable state at PP 2 with two virtual pipeline chunks per rank (a buffer per chunk, gbuf_idx_<chunk>;
+// only the first chunk bucketed at 1000 elements): layers 0 and 1 hold torch_dist_adam's AdamW state, layers 2 and 3
+// the same with the masters and first moment negated. Read, every state must be that, at its global layer.
+const std::string kVpp = "torch_dist_adam_buckets_vpp/iter_0000007";
+
+TEST(MegatronBucketLayout, VirtualPipelineChunksReadAtTheirGlobalLayers) {
+  Saved vpp(kVpp), plain("torch_dist_adam/iter_0000007");
+  auto a = vpp.read();
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  auto b = plain.read();
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_EQ(a->step, 7);
+  EXPECT_EQ(a->layout, "dp_reshardable");
+  ASSERT_EQ(a->tensors.size(), 3u);
+  int64_t compared = 0;
+  for (const auto& [state, by_key] : a->tensors)
+    for (const auto& [key, t] : by_key) {
+      Tensor want;
+      if (state == "fp32_param") {
+        auto w = plain.c->read_tensor(key);  // the f32 run's weights are its masters
+        ASSERT_TRUE(w.ok()) << key;
+        want = *w;
+      } else {
+        want = b->tensors.at(state).at(key);
+      }
+      const bool stacked = key.rfind("decoder.layers.", 0) == 0;
+      ASSERT_EQ(t.numel(), want.numel() * (stacked ? 2 : 1)) << key;
+      const float sign = state == "exp_avg_sq" ? 1.0f : -1.0f;
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        const int64_t j = i % want.numel();
+        ASSERT_EQ(t.data<float>()[i], (i < want.numel() ? 1.0f : sign) * want.data<float>()[j])
+            << state << " " << key << " [" << i << "]";
+      }
+      compared += t.numel();
+    }
+  EXPECT_GT(compared, 3 * 10000);
+  // Pipeline rank 1's chunks: layer 1 (bucketed), then layer 3 with the final norm and output layer (one bucket).
+  MegatronModelRank rank;
+  rank.first_layer = 3;
+  rank.num_layers = 1;
+  rank.first_stage = false;
+  auto order = megatron_parameter_order(*vpp.c, "local", 4, "D", rank);
+  ASSERT_TRUE(order.ok()) << order.status().message();
+  EXPECT_EQ(megatron_bucket_layout(*order, 0).bucket_numel_unpadded, (std::vector<int64_t>{3280}));
+}
+
+TEST(MegatronBucketLayoutErrors, VirtualPipelineChunksThatDoNotFitTheArgs) {
+  const std::string what = "D: Megatron's distributed optimizer state in the 'dp_reshardable' layout";
+  {
+    Saved s(kVpp);  // the chunks after the first bucketed too: not Megatron's rule
+    s.args->state->set("virtual_pipeline_model_parallel_size", PyValue::integer(1));
+    s.args->state->set("num_layers_per_virtual_pipeline_stage", PyValue::none());
+    expect_error(s.read(), StatusCode::kDataLoss, "expected a list with 1 {(param dtype, grad dtype): [bucket sizes]} "
+                                                  "(one buffer per model chunk), found list");
+  }
+  {
+    Saved s(kVpp);  // four chunks of one layer: 4 layers do not split into PP 2 x 4
+    s.args->state->set("virtual_pipeline_model_parallel_size", PyValue::integer(4));
+    expect_message(s.read(), StatusCode::kUnimplemented,
+                   what + " saved at PP 2 with 4 virtual pipeline chunks and args.num_layers 4 not divisible by PP x "
+                   "chunks: not supported yet (Gale rebuilds the buffers of even virtual pipeline chunks of a dense "
+                   "model with untied embeddings)");
+  }
+  {
+    Saved s(kVpp);
+    s.args->state->set("untie_embeddings_and_output_weights", PyValue::boolean(false));
+    expect_message(s.read(), StatusCode::kUnimplemented,
+                   what + " saved at PP 2 with 2 virtual pipeline chunks and tied embeddings: not supported yet (Gale "
+                   "rebuilds the buffers of even virtual pipeline chunks of a dense model with untied embeddings)");
+  }
+  {
+    Saved s(kVpp);  // another bucket size: chunk 0's buckets differ
+    s.args->state->set("ddp_bucket_size", PyValue::integer(2000));
+    expect_message(s.read(), StatusCode::kDataLoss,
+                   what + ", tensor-parallel rank 0 of 1, pipeline rank 0 of 2, model chunk 0: the saved bucket sizes "
+                   "[1152, 2048] (optimizer.distributed.dp_group_idx_0.per_bucket_numel_unpadded/shard_0_1, buffer 0) "
+                   "differ from the [2048, 1152] of the buffer layout Gale rebuilt from the saved args (bucket size 2000, "
+                   "transformer_impl 'local')");
   }
 }
 
