@@ -615,8 +615,7 @@ Status read_megatron_bucket_state(const DcpCheckpoint& c, const PyValue* args, c
         str_cat(prefix, kBuckets, "dp_group_idx_", group, ".per_bucket_numel_unpadded/shard_0_1");
     GALE_ASSIGN_OR_RETURN(auto saved, saved_unpadded(c, sizes_key, gbuf, buffers));
     if (saved && *saved != layout.bucket_numel_unpadded)
-      return DataLoss(rank_what, buffers > 1 ? str_cat(", model chunk ", gbuf) : "", ": the saved bucket sizes ",
-                      bucket_list(*saved), " (", sizes_key, buffers > 1 ? str_cat(", buffer ", gbuf) : "",
+      return DataLoss(rank_what, ": the saved bucket sizes ", bucket_list(*saved), " (", sizes_key, buffers > 1 ? str_cat(", buffer ", gbuf) : "",
                       ") differ from the ", bucket_list(layout.bucket_numel_unpadded),
                       " of the buffer layout Gale rebuilt from the saved args (", size_text, ", transformer_impl '",
                       impl->s, "'); ", kOutWay);
@@ -748,7 +747,8 @@ Status read_megatron_bucket_state(const DcpCheckpoint& c, const PyValue* args, c
         rank.first_layer = (v * pp + p) * chunk_layers;
         rank.first_stage = p == 0 && v == 0;
         rank.last_stage = p == pp - 1 && v == chunks - 1;
-        GALE_ASSIGN_OR_RETURN(RankState local, read_rank(dense_prefix, group, rank, rank_what, v, chunks));
+        GALE_ASSIGN_OR_RETURN(RankState local,
+                              read_rank(dense_prefix, group, rank, str_cat(rank_what, ", model chunk ", v), v, chunks));
         for (auto& [state, pieces] : local)
           for (auto& [at, x] : pieces) merged[state][at] = std::move(x);
       }
