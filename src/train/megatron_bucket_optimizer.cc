@@ -366,8 +366,8 @@ StatusOr<BucketSource> bucket_tensors(const DcpCheckpoint& c, const MegatronBuck
     (*keys)[k.state == "param" ? "fp32_param" : k.state][k.bucket] = key;
   }
   if (keys->empty())
-    return DataLoss(what, ": expected its bucket tensors (optimizer.distributed.dp_group_idx_", group, ".gbuf_idx_", gbuf, "."
-                    "dtype_<D>.bucket_idx_<B>.param / exp_avg / exp_avg_sq), found none; ", kOutWay);
+    return DataLoss(what, ": expected its bucket tensors (", prefix, "optimizer.distributed.dp_group_idx_", group,
+                    ".gbuf_idx_", gbuf, ".dtype_<D>.bucket_idx_<B>.param / exp_avg / exp_avg_sq), found none; ", kOutWay);
   const int64_t buckets = static_cast<int64_t>(layout.bucket_numel_unpadded.size());
   for (const auto& [state, by_bucket] : *keys) {
     states->push_back(state);
@@ -615,7 +615,8 @@ Status read_megatron_bucket_state(const DcpCheckpoint& c, const PyValue* args, c
         str_cat(prefix, kBuckets, "dp_group_idx_", group, ".per_bucket_numel_unpadded/shard_0_1");
     GALE_ASSIGN_OR_RETURN(auto saved, saved_unpadded(c, sizes_key, gbuf, buffers));
     if (saved && *saved != layout.bucket_numel_unpadded)
-      return DataLoss(rank_what, ": the saved bucket sizes ", bucket_list(*saved), " (", sizes_key, buffers > 1 ? str_cat(", buffer ", gbuf) : "",
+      return DataLoss(rank_what, ": the saved bucket sizes ", bucket_list(*saved), " (", sizes_key,
+                      buffers > 1 ? str_cat(", buffer ", gbuf) : "",
                       ") differ from the ", bucket_list(layout.bucket_numel_unpadded),
                       " of the buffer layout Gale rebuilt from the saved args (", size_text, ", transformer_impl '",
                       impl->s, "'); ", kOutWay);

@@ -528,45 +528,50 @@ TEST(ConvertMegatron, PretrainResumesMegatronsAdamState) {
   EXPECT_EQ(one_process_loss.at("torch_dist_adam_dp_zero_tp2pp2"), one_process_loss.at("torch_dist_adam_buckets"));
 }
 
-// Virtual pipeline chunks (tests/data/megatron/torch_dist_adam_buckets_vpp: a 4-layer model's dp_reshardable state at PP 2
-// with two chunks per rank, a buffer per chunk; tools/reference/megatron_vpp_buckets_optim_reference.py): gale pretrain
-// continues it at iteration 8 in one process and at PP 2 with virtual stages, with AdamW's update from the loaded state
-// on every element, and the same first loss.
+// Virtual pipeline chunks (tests/data/megatron/torch_dist_adam_{buckets,dp_zero}_vpp: a 4-layer model's dp_reshardable and
+// dp_zero_gather_scatter state at PP 2 with two chunks per rank, a buffer per chunk;
+// tools/reference/megatron_vpp_buckets_optim_reference.py): gale pretrain continues each at iteration 8 in one process
+// and at PP 2 with virtual stages, with AdamW's update from the loaded state on every element, and the same first loss.
 TEST(ConvertMegatron, PretrainResumesMegatronsVirtualPipelineAdamState) {
   TempDir tmp;
   write_small_dataset(tmp.file("data_text_document"));
   std::vector<std::string> model = adam_model(tmp);
   *(std::find(model.begin(), model.end(), "--num-layers") + 1) = "4";
-  const std::string dir = megatron("torch_dist_adam_buckets_vpp");
-  auto from = read_megatron_checkpoint(dir, kUnset, /*with_optimizer=*/true);
-  ASSERT_TRUE(from.ok()) << from.status().message();
   std::vector<double> first_loss;
   int k = 0;
-  for (const std::vector<std::string>& layout :
-       {std::vector<std::string>{},
-        std::vector<std::string>{"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"}}) {
-    SCOPED_TRACE(layout.empty() ? "one process" : "PP 2 with virtual stages");
-    const std::string save = tmp.file(str_cat("out", k++));
-    std::vector<std::string> program = {GALE_BINARY};
-    program.insert(program.end(), model.begin(), model.end());
-    std::vector<std::string> extra = layout;
-    extra.insert(extra.end(), {"--bf16", "--load", dir, "--save", save});
-    test::RunResult r =
-        test::run_with_timeout(testing::launch_argv(layout.empty() ? 1 : 2, program, extra), testing::kMpiEnv, 300);
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_NE(r.output.find("adam optimizer state (dp_reshardable: exp_avg, exp_avg_sq; step 7)"), std::string::npos)
-        << r.output;
-    EXPECT_NE(r.output.find("successfully loaded checkpoint from " + dir + " at iteration 7"), std::string::npos)
-        << r.output;
-    const std::vector<double> lr = logged_values(r.output, "learning rate");
-    ASSERT_EQ(lr.size(), 1u) << r.output;
-    EXPECT_NEAR(lr[0], 7e-4, 1e-12);
-    const std::vector<double> loss = logged_values(r.output, "lm loss");
-    ASSERT_EQ(loss.size(), 1u) << r.output;
-    first_loss.push_back(loss[0]);
-    expect_adamw_step(*from, save, "torch_dist_adam_buckets_vpp", 10000);
+  for (const char* layout_name : {"dp_reshardable", "dp_zero_gather_scatter"}) {
+    const std::string dir = megatron(std::string(layout_name) == "dp_reshardable" ? "torch_dist_adam_buckets_vpp"
+                                                                                   : "torch_dist_adam_dp_zero_vpp");
+    auto from = read_megatron_checkpoint(dir, kUnset, /*with_optimizer=*/true);
+    ASSERT_TRUE(from.ok()) << from.status().message();
+    for (const std::vector<std::string>& layout :
+         {std::vector<std::string>{}, std::vector<std::string>{"--pipeline-model-parallel-size", "2",
+                                                               "--num-layers-per-virtual-pipeline-stage", "1"}}) {
+      SCOPED_TRACE(layout.empty() ? "one process" : "PP 2 with virtual stages");
+      const std::string save = tmp.file(str_cat("out", k++));
+      std::vector<std::string> program = {GALE_BINARY};
+      program.insert(program.end(), model.begin(), model.end());
+      std::vector<std::string> extra = layout;
+      extra.insert(extra.end(), {"--bf16", "--load", dir, "--save", save});
+      test::RunResult r =
+          test::run_with_timeout(testing::launch_argv(layout.empty() ? 1 : 2, program, extra), testing::kMpiEnv, 300);
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      EXPECT_NE(r.output.find(str_cat("adam optimizer state (", layout_name, ": exp_avg, exp_avg_sq; step 7)")),
+                std::string::npos)
+          << r.output;
+      EXPECT_NE(r.output.find("successfully loaded checkpoint from " + dir + " at iteration 7"), std::string::npos)
+          << r.output;
+      const std::vector<double> lr = logged_values(r.output, "learning rate");
+      ASSERT_EQ(lr.size(), 1u) << r.output;
+      EXPECT_NEAR(lr[0], 7e-4, 1e-12);
+      const std::vector<double> loss = logged_values(r.output, "lm loss");
+      ASSERT_EQ(loss.size(), 1u) << r.output;
+      first_loss.push_back(loss[0]);
+      expect_adamw_step(*from, save, dir, 10000);
   }
-  EXPECT_NEAR(first_loss[1], first_loss[0], 1e-5 * first_loss[0]);
+  }
+  EXPECT_EQ(first_loss[2], first_loss[0]);  // the same state in both layouts
+  for (double l : first_loss) EXPECT_NEAR(l, first_loss[0], 1e-5 * first_loss[0]);
 }
 
 // Tied embeddings at PP > 1 (tests/data/megatron/torch_dist_adam_{buckets,dp_zero}_tp2pp2_tied: the same state with the

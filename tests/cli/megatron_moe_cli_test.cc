@@ -188,7 +188,8 @@ TEST(MegatronMoeCli, ConvertWritesMoeModelsAtTpPpEp) {
 
 // tests/data/megatron/moe/torch_dist_adam_chained{,_buckets} (tools/reference/megatron_moe_chained_optim_reference.py):
 // the MoE model after 7 AdamW steps as Megatron main's ChainedOptimizer [dense, experts] of distributed optimizers
-// saves it (bf16 weights with fp32 masters) in the fully_reshardable layout and in the dp_reshardable one at EP 2.
+// saves it (bf16 weights with fp32 masters) in the fully_reshardable layout and in the dp_reshardable and
+// dp_zero_gather_scatter ones at EP 2.
 // gale pretrain continues each at iteration 8 in one process and at EP 2 (each rank's two experts from the global
 // experts), with AdamW's update from the loaded state on every element of every parameter (the experts' included), and
 // the same first loss everywhere.
@@ -205,9 +206,11 @@ TEST(MegatronMoeCli, PretrainResumesMegatronsChainedExpertAdamState) {
                              "--lr-warmup-iters", "2", "--lr-decay-iters", "20", "--bf16", "--save-interval", "8"});
   std::vector<double> first_loss;
   int k = 0;
-  for (const char* layout_name : {"fully_reshardable", "dp_reshardable"}) {
-    const std::string dir =
-        fixture(std::string(layout_name) == "dp_reshardable" ? "torch_dist_adam_chained_buckets" : "torch_dist_adam_chained");
+  const std::pair<const char*, const char*> fixtures[] = {{"fully_reshardable", "torch_dist_adam_chained"},
+                                                          {"dp_reshardable", "torch_dist_adam_chained_buckets"},
+                                                          {"dp_zero_gather_scatter", "torch_dist_adam_chained_dp_zero"}};
+  for (const auto& [layout_name, name] : fixtures) {
+    const std::string dir = fixture(name);
     auto from = read_megatron_checkpoint(dir, kUnset, /*with_optimizer=*/true);
     ASSERT_TRUE(from.ok()) << from.status().message();
     for (const std::vector<std::string>& layout :
@@ -234,6 +237,7 @@ TEST(MegatronMoeCli, PretrainResumesMegatronsChainedExpertAdamState) {
   }
   // The same state in both layouts: the same first loss, to the bit in one process.
   EXPECT_EQ(first_loss[2], first_loss[0]);
+  EXPECT_EQ(first_loss[4], first_loss[0]);
   for (double l : first_loss) EXPECT_NEAR(l, first_loss[0], 1e-5 * first_loss[0]);
 }
 

@@ -518,26 +518,31 @@ const std::string kMoeBuckets = "moe/torch_dist_adam_chained_buckets/iter_000000
 
 TEST(MegatronBucketLayout, MoeChainedBuffersReadAsTheModelSpaceLayout) {
   Saved buckets(kMoeBuckets), whole("moe/torch_dist_adam_chained/iter_0000007");
-  auto a = buckets.read();
-  ASSERT_TRUE(a.ok()) << a.status().message();
   auto b = whole.read();
   ASSERT_TRUE(b.ok()) << b.status().message();
-  EXPECT_EQ(a->layout, "dp_reshardable");
-  EXPECT_EQ(a->step, 7);
-  EXPECT_EQ(a->type, "adam");
-  ASSERT_EQ(a->tensors.size(), 3u);
-  int64_t compared = 0;
-  for (const auto& [state, by_key] : b->tensors) {
-    ASSERT_TRUE(a->tensors.count(state)) << state;
-    ASSERT_EQ(a->tensors.at(state).size(), by_key.size()) << state;
-    for (const auto& [key, t] : by_key) {
-      const Tensor& x = a->tensors.at(state).at(key);
-      ASSERT_EQ(x.shape(), t.shape()) << key;
-      EXPECT_EQ(std::memcmp(x.raw(), t.raw(), static_cast<size_t>(t.numel()) * sizeof(float)), 0) << state << " " << key;
-      compared += t.numel();
-    }
+  // dp_reshardable, and (torch_dist_adam_chained_dp_zero) the same buffers gathered as dp_zero_gather_scatter saves them.
+  for (const char* layout : {"dp_reshardable", "dp_zero_gather_scatter"}) {
+    SCOPED_TRACE(layout);
+    Saved saved(std::string(layout) == "dp_reshardable" ? kMoeBuckets : "moe/torch_dist_adam_chained_dp_zero/iter_0000007");
+    auto a = saved.read();
+    ASSERT_TRUE(a.ok()) << a.status().message();
+    EXPECT_EQ(a->layout, layout);
+    EXPECT_EQ(a->step, 7);
+    EXPECT_EQ(a->type, "adam");
+    ASSERT_EQ(a->tensors.size(), 3u);
+    int64_t compared = 0;
+    for (const auto& [state, by_key] : b->tensors) {
+      ASSERT_TRUE(a->tensors.count(state)) << state;
+      ASSERT_EQ(a->tensors.at(state).size(), by_key.size()) << state;
+      for (const auto& [key, t] : by_key) {
+        const Tensor& x = a->tensors.at(state).at(key);
+        ASSERT_EQ(x.shape(), t.shape()) << key;
+        EXPECT_EQ(std::memcmp(x.raw(), t.raw(), static_cast<size_t>(t.numel()) * sizeof(float)), 0) << state << " " << key;
+        compared += t.numel();
+      }
   }
   EXPECT_GT(compared, 3 * 6000);
+  }
   // EP rank 1's buffer holds global experts 2 and 3: its first parameter in buffer order (the model order reversed)
   // is layer 1's expert 3 fc2.
   MegatronModelRank rank;
@@ -603,35 +608,40 @@ const std::string kVpp = "torch_dist_adam_buckets_vpp/iter_0000007";
 
 TEST(MegatronBucketLayout, VirtualPipelineChunksReadAtTheirGlobalLayers) {
   Saved vpp(kVpp), plain("torch_dist_adam/iter_0000007");
-  auto a = vpp.read();
-  ASSERT_TRUE(a.ok()) << a.status().message();
   auto b = plain.read();
   ASSERT_TRUE(b.ok()) << b.status().message();
-  EXPECT_EQ(a->step, 7);
-  EXPECT_EQ(a->layout, "dp_reshardable");
-  ASSERT_EQ(a->tensors.size(), 3u);
-  int64_t compared = 0;
-  for (const auto& [state, by_key] : a->tensors)
-    for (const auto& [key, t] : by_key) {
-      Tensor want;
-      if (state == "fp32_param") {
-        auto w = plain.c->read_tensor(key);  // the f32 run's weights are its masters
-        ASSERT_TRUE(w.ok()) << key;
-        want = *w;
-      } else {
-        want = b->tensors.at(state).at(key);
+  // dp_reshardable, and (torch_dist_adam_dp_zero_vpp) dp_zero_gather_scatter's gathered buffers, one per chunk.
+  for (const char* layout : {"dp_reshardable", "dp_zero_gather_scatter"}) {
+    SCOPED_TRACE(layout);
+    Saved saved(std::string(layout) == "dp_reshardable" ? kVpp : "torch_dist_adam_dp_zero_vpp/iter_0000007");
+    auto a = saved.read();
+    ASSERT_TRUE(a.ok()) << a.status().message();
+    EXPECT_EQ(a->step, 7);
+    EXPECT_EQ(a->layout, layout);
+    ASSERT_EQ(a->tensors.size(), 3u);
+    int64_t compared = 0;
+    for (const auto& [state, by_key] : a->tensors)
+      for (const auto& [key, t] : by_key) {
+        Tensor want;
+        if (state == "fp32_param") {
+          auto w = plain.c->read_tensor(key);  // the f32 run's weights are its masters
+          ASSERT_TRUE(w.ok()) << key;
+          want = *w;
+        } else {
+          want = b->tensors.at(state).at(key);
+        }
+        const bool stacked = key.rfind("decoder.layers.", 0) == 0;
+        ASSERT_EQ(t.numel(), want.numel() * (stacked ? 2 : 1)) << key;
+        const float sign = state == "exp_avg_sq" ? 1.0f : -1.0f;
+        for (int64_t i = 0; i < t.numel(); ++i) {
+          const int64_t j = i % want.numel();
+          ASSERT_EQ(t.data<float>()[i], (i < want.numel() ? 1.0f : sign) * want.data<float>()[j])
+              << state << " " << key << " [" << i << "]";
+        }
+        compared += t.numel();
       }
-      const bool stacked = key.rfind("decoder.layers.", 0) == 0;
-      ASSERT_EQ(t.numel(), want.numel() * (stacked ? 2 : 1)) << key;
-      const float sign = state == "exp_avg_sq" ? 1.0f : -1.0f;
-      for (int64_t i = 0; i < t.numel(); ++i) {
-        const int64_t j = i % want.numel();
-        ASSERT_EQ(t.data<float>()[i], (i < want.numel() ? 1.0f : sign) * want.data<float>()[j])
-            << state << " " << key << " [" << i << "]";
-      }
-      compared += t.numel();
-    }
-  EXPECT_GT(compared, 3 * 10000);
+    EXPECT_GT(compared, 3 * 10000);
+  }
   // Pipeline rank 1's chunks: layer 1 (bucketed), then layer 3 with the final norm and output layer (one bucket).
   MegatronModelRank rank;
   rank.first_layer = 3;

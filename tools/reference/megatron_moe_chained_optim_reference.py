@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Megatron's ChainedOptimizer state (dense + MoE expert optimizer) in a torch_dist checkpoint, for Gale's resume.
 
-Writes tests/data/megatron/moe/torch_dist_adam_chained/ (and torch_dist_adam_chained.json next to it): the MoE model of
+Writes tests/data/megatron/moe/torch_dist_adam_chained/ (and torch_dist_adam_chained.json next to it; the same state in
+the bucket-space layouts at EP 2 as torch_dist_adam_chained_buckets/ and torch_dist_adam_chained_dp_zero/, see
+write_bucket_layout): the MoE model of
 tests/data/megatron/moe/torch_dist (megatron_moe_reference.py: Megatron core_v0.12.1's own save; 2 layers, 4 experts
 top-2, SwiGLU expert ffn 8, a shared expert, sigmoid router with expert bias) after 7 AdamW steps (torch.optim.AdamW,
 betas 0.9 / 0.95, eps 1e-8, weight decay 0.1 on the matrices and none on 1-D tensors, as Megatron's param groups) on
@@ -350,13 +352,23 @@ def obj(value):
 
 
 def write_buckets(out, model_space, common, p, opts):
+    for layout in ("dp_reshardable", "dp_zero_gather_scatter"):
+        write_bucket_layout(out, model_space, common, p, opts, layout)
+
+
+def write_bucket_layout(out, model_space, common, p, opts, layout):
     """Megatron main's chained [dense, experts] DistributedOptimizer state in the dp_reshardable layout, saved at
     EP 2 x TP 1 x PP 1 with DP 2, --overlap-grad-reduce --ddp-bucket-size 300: each optimizer's sharded state dict
     prefixed chained_<i>. (dp_reshardable is not a fully reshardable format); the dense buffer under
     dp_group_idx_0 (its model-parallel rank), each EP rank's expert buffer under dp_group_idx_<EP rank> (its rank in
     the tp-ep-pp expert group); one tensor per bucket and state of its numel_unpadded elements (zeros in the
-    padding), the param groups, per_bucket_numel and per_bucket_numel_unpadded as objects."""
-    out_dir = os.path.join(out, "torch_dist_adam_chained_buckets")
+    padding), the param groups, per_bucket_numel and per_bucket_numel_unpadded as objects. dp_zero_gather_scatter
+    (torch_dist_adam_chained_dp_zero): instead of the bucket tensors and sizes, one object per buffer,
+    <prefix>optimizer.distributed.dp_group_idx_<G>.param_state = {'buckets_coalesced': True, 0: {(param dtype, grad
+    dtype): {'param', 'exp_avg', 'exp_avg_sq': every bucket's unpadded elements one after another,
+    'numel_unpadded'}}}, as get_parameter_state_dp_zero gathers it."""
+    out_dir = os.path.join(out, "torch_dist_adam_chained_buckets" if layout == "dp_reshardable"
+                           else "torch_dist_adam_chained_dp_zero")
     shutil.rmtree(out_dir, ignore_errors=True)
     it = os.path.join(out_dir, "iter_0000007")
     entries = {k: v for k, v in model_space.items() if not k.startswith("optimizer.")}
@@ -375,17 +387,26 @@ def write_buckets(out, model_space, common, p, opts):
         sizes[f"{prefix}{group}"] = unpadded
         lcm = 128 * DP // __import__("math").gcd(128, DP)
         padded = [(n + lcm - 1) // lcm * lcm for n in unpadded]
+        gathered = {name: [] for name in states}
         for b, (members, n) in enumerate(buckets):
             for name, get in states.items():
                 t = torch.zeros(n, dtype=torch.float32)
                 for (key, layer, expert), off in members:
                     x = piece(get(key), layer, expert).reshape(-1).float()
                     t[off:off + x.numel()] = x
-                entries[f"{head}gbuf_idx_0.dtype_{DTYPE}.bucket_idx_{b}.{name}"] = (t, [((0,), (n,))])
+                gathered[name].append(t)
+                if layout == "dp_reshardable":
+                    entries[f"{head}gbuf_idx_0.dtype_{DTYPE}.bucket_idx_{b}.{name}"] = (t, [((0,), (n,))])
         sub = common["optimizer"][0 if prefix == "chained_0." else 1]
         entries[f"{head}optimizer/shard_0_1"] = obj([sub["optimizer"]])
-        entries[f"{head}per_bucket_numel/shard_0_1"] = obj([[{(torch.bfloat16, torch.float32): padded}]])
-        entries[f"{head}per_bucket_numel_unpadded/shard_0_1"] = obj([[{(torch.bfloat16, torch.float32): unpadded}]])
+        if layout == "dp_reshardable":
+            entries[f"{head}per_bucket_numel/shard_0_1"] = obj([[{(torch.bfloat16, torch.float32): padded}]])
+            entries[f"{head}per_bucket_numel_unpadded/shard_0_1"] = obj([[{(torch.bfloat16, torch.float32): unpadded}]])
+        else:
+            state = {name: torch.cat(v) for name, v in gathered.items()}
+            state["numel_unpadded"] = sum(unpadded)
+            entries[f"{head}param_state/shard_0_1"] = obj([{"buckets_coalesced": True,
+                                                           0: {(torch.bfloat16, torch.float32): state}}])
     write_dcp(it, entries)
     with open(os.path.join(out_dir, "latest_checkpointed_iteration.txt"), "w") as f:
         f.write(str(ITERATION))
@@ -396,8 +417,7 @@ def write_buckets(out, model_space, common, p, opts):
     args.overlap_grad_reduce, args.ddp_bucket_size = True, BUCKET
     args.world_size = EP
     c["args"] = args
-    c["optimizer"] = {0: {"param_state_sharding_type": "dp_reshardable"},
-                      1: {"param_state_sharding_type": "dp_reshardable"}}
+    c["optimizer"] = {0: {"param_state_sharding_type": layout}, 1: {"param_state_sharding_type": layout}}
     torch.save(c, os.path.join(it, "common.pt"))
     print("bucket sizes (numel_unpadded):", sizes)
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The distributed optimizer's dp_reshardable state of a run with virtual pipeline chunks (torch_dist_adam_buckets_vpp).
 
-Writes tests/data/megatron/torch_dist_adam_buckets_vpp/: a 4-layer model whose layers 0 and 1 hold
+Writes tests/data/megatron/torch_dist_adam_buckets_vpp/ (and the same state in the dp_zero_gather_scatter layout,
+torch_dist_adam_dp_zero_vpp/: each rank's object .param_state {'buckets_coalesced': True, <chunk>: {(param dtype, grad
+dtype): {'param', 'exp_avg', 'exp_avg_sq': the chunk's buckets one after another, 'numel_unpadded'}}}): a 4-layer model whose layers 0 and 1 hold
 tests/data/megatron/torch_dist_adam's AdamW state after 7 steps (Megatron core_v0.12.1's own save) and layers 2 and 3
 layers 0 and 1's with the masters and first moment negated, saved as Megatron's DistributedOptimizer saves it at PP 2 x
 TP 1 x DP 1 with --num-layers-per-virtual-pipeline-stage 1 (two model chunks per pipeline rank), --bf16,
@@ -73,6 +75,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out", help="tests/data/megatron")
     a = ap.parse_args()
+    for layout in ("dp_reshardable", "dp_zero_gather_scatter"):
+        write(a, layout)
+
+
+def write(a, layout):
     src = os.path.join(a.out, "torch_dist_adam", "iter_0000007")
     e = dcp.read_dcp(src)
     common = torch.load(os.path.join(src, "common.pt"), map_location="cpu")
@@ -84,7 +91,8 @@ def main():
             if k.startswith("decoder.layers."):  # layers 2, 3: layers 0, 1 with the masters and first moment negated
                 t = torch.cat([t, t if name == "exp_avg_sq" else -t])
             states[name][k] = t
-    out_dir = os.path.join(a.out, "torch_dist_adam_buckets_vpp")
+    out_dir = os.path.join(a.out, "torch_dist_adam_buckets_vpp" if layout == "dp_reshardable"
+                           else "torch_dist_adam_dp_zero_vpp")
     shutil.rmtree(out_dir, ignore_errors=True)
     it = os.path.join(out_dir, "iter_0000007")
     entries = {}
@@ -95,24 +103,32 @@ def main():
     sizes = {}
     for p in range(PP):
         head = f"optimizer.distributed.dp_group_idx_{p}."
-        unpadded_all, padded_all = [], []
+        unpadded_all, padded_all, gathered = [], [], {"buckets_coalesced": True}
         for v in range(CHUNKS):
             buckets = buckets_of(chunk_order(p, v), states["param"], BUCKET if v == 0 else None)
             unpadded = [n for _, n in buckets]
             unpadded_all.append({(torch.bfloat16, torch.float32): unpadded})
             padded_all.append({(torch.bfloat16, torch.float32): [(n + 127) // 128 * 128 for n in unpadded]})
             sizes[(p, v)] = unpadded
+            chunk = {name: [] for name in states}
             for b, (members, n) in enumerate(buckets):
                 for name, by_key in states.items():
                     t = torch.zeros(n, dtype=torch.float32)
                     for (key, layer), off in members:
                         x = (by_key[key] if layer is None else by_key[key][layer]).reshape(-1)
                         t[off:off + x.numel()] = x
-                    entries[f"{head}gbuf_idx_{v}.dtype_{DTYPE}.bucket_idx_{b}.{name}"] = (t, [((0,), (n,))])
+                    chunk[name].append(t)
+                    if layout == "dp_reshardable":
+                        entries[f"{head}gbuf_idx_{v}.dtype_{DTYPE}.bucket_idx_{b}.{name}"] = (t, [((0,), (n,))])
+            gathered[v] = {(torch.bfloat16, torch.float32): dict(
+                {name: torch.cat(ts) for name, ts in chunk.items()}, numel_unpadded=sum(unpadded))}
         groups = [dict(g, step=7) for g in common["optimizer"]["param_groups"]]
         entries[f"{head}optimizer/shard_0_1"] = dcp.obj([{"param_groups": groups}])
-        entries[f"{head}per_bucket_numel/shard_0_1"] = dcp.obj([padded_all])
-        entries[f"{head}per_bucket_numel_unpadded/shard_0_1"] = dcp.obj([unpadded_all])
+        if layout == "dp_reshardable":
+            entries[f"{head}per_bucket_numel/shard_0_1"] = dcp.obj([padded_all])
+            entries[f"{head}per_bucket_numel_unpadded/shard_0_1"] = dcp.obj([unpadded_all])
+        else:  # get_parameter_state_dp_zero: every chunk's buffer gathered, by gbuf_idx
+            entries[f"{head}param_state/shard_0_1"] = dcp.obj([gathered])
     dcp.write_dcp(it, entries)
     with open(os.path.join(out_dir, "latest_checkpointed_iteration.txt"), "w") as f:
         f.write("7")
@@ -124,9 +140,9 @@ def main():
     args.world_size = PP
     c = dict(common)
     c["args"] = args
-    c["optimizer"] = {"param_state_sharding_type": "dp_reshardable"}
+    c["optimizer"] = {"param_state_sharding_type": layout}
     torch.save(c, os.path.join(it, "common.pt"))
-    print("bucket sizes (numel_unpadded) by (pipeline rank, chunk):", sizes)
+    print(layout, "bucket sizes (numel_unpadded) by (pipeline rank, chunk):", sizes)
 
 
 if __name__ == "__main__":
