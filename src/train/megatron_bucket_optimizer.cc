@@ -30,10 +30,15 @@ int64_t int_attr(const PyValue* args, const char* name, int64_t fallback) {
 }
 
 bool model_key(const std::string& key) {
-  for (const char* p : {"optimizer", "rng_state", "rerun_state_machine", "opt_param_scheduler"})
+  for (const char* p : {"optimizer", "rng_state", "rerun_state_machine", "opt_param_scheduler", "chained_"})
     if (starts_with(key, p)) return false;
+  // The router's expert_bias is a buffer, not a parameter: no gradient buffer holds it.
+  if (key.size() > 19 && key.compare(key.size() - 19, 19, ".router.expert_bias") == 0) return false;
   return key.find("_extra_state") == std::string::npos;
 }
+
+// MoE: the stacked experts of SequentialMLP / TEGroupedMLP in torch_dist, "mlp.experts.experts.<linear>.<param>".
+bool expert_sub(const std::string& sub) { return starts_with(sub, "mlp.experts."); }
 
 // Where a layer's parameter sits in Megatron's TransformerLayer registration order. The local spec registers
 // input_layernorm, self_attention (linear_proj, linear_qkv, q/k_layernorm), pre_mlp_layernorm, mlp (linear_fc1,
@@ -51,7 +56,11 @@ int layer_rank(const std::string& sub, bool te) {
       {"pre_mlp_layernorm.weight", 10}, {"mlp.linear_fc1.layer_norm_weight", 10},
       {"pre_mlp_layernorm.bias", 11}, {"mlp.linear_fc1.layer_norm_bias", 11},
       {"mlp.linear_fc1.weight", 12}, {"mlp.linear_fc1.bias", 13},
-      {"mlp.linear_fc2.weight", 14}, {"mlp.linear_fc2.bias", 15}};
+      {"mlp.linear_fc2.weight", 14}, {"mlp.linear_fc2.bias", 15},
+      // MoELayer registers its router, its experts (in a buffer of their own) and then its shared experts.
+      {"mlp.router.weight", 12}, {"mlp.router.bias", 13},
+      {"mlp.shared_experts.linear_fc1.weight", 16}, {"mlp.shared_experts.linear_fc1.bias", 17},
+      {"mlp.shared_experts.linear_fc2.weight", 18}, {"mlp.shared_experts.linear_fc2.bias", 19}};
   static const std::map<std::string, int> kTe = {
       {"input_layernorm.weight", 0}, {"input_layernorm.bias", 1},
       {"self_attention.linear_proj.weight", 2}, {"self_attention.linear_proj.bias", 3},
@@ -131,24 +140,26 @@ StatusOr<int64_t> saved_bucket_size(const PyValue* args, int64_t num_parameters,
 
 // The saved per_bucket_numel_unpadded ([a list with, per buffer, {(param dtype, grad dtype): [per bucket]}]) of
 // the one buffer, or nullopt when not saved.
-StatusOr<std::optional<std::vector<int64_t>>> saved_unpadded(const DcpCheckpoint& c, const std::string& key) {
+StatusOr<std::optional<std::vector<int64_t>>> saved_unpadded(const DcpCheckpoint& c, const std::string& key,
+                                                             int64_t gbuf, int64_t buffers) {
   if (!c.objects().count(key)) return std::optional<std::vector<int64_t>>();
   GALE_ASSIGN_OR_RETURN(PyRef v, c.read_object(key));
   if (v->kind == PyValue::kList && v->items.size() == 1 && v->items[0]->kind == PyValue::kList)
     v = v->items[0];  // Megatron's torch_dist stores a ShardedObject's data in a one-element list
-  if ((v->kind == PyValue::kList || v->kind == PyValue::kTuple) && v->items.size() == 1 &&
-      v->items[0]->kind == PyValue::kDict && v->items[0]->entries.size() == 1) {
-    const PyValue& sizes = *v->items[0]->entries[0].second;
+  if ((v->kind == PyValue::kList || v->kind == PyValue::kTuple) && static_cast<int64_t>(v->items.size()) == buffers &&
+      v->items[gbuf]->kind == PyValue::kDict && v->items[gbuf]->entries.size() == 1) {
+    const PyValue& sizes = *v->items[gbuf]->entries[0].second;
     std::vector<int64_t> out;
     for (const PyRef& n : sizes.items)
       if (n->kind == PyValue::kInt) out.push_back(n->i);
     if (sizes.kind == PyValue::kList && out.size() == sizes.items.size())
       return std::optional<std::vector<int64_t>>(out);
   }
-  return DataLoss(c.directory(), ": object '", key, "': expected a list with one {(param dtype, grad dtype): [bucket "
-                  "sizes]} (one buffer), found ", v->type_name(),
+  return DataLoss(c.directory(), ": object '", key, "': expected a list with ", buffers, " {(param dtype, grad dtype): "
+                  "[bucket sizes]} (one buffer per model chunk), found ", v->type_name(),
                   v->items.empty() ? "" : str_cat(" of ", v->items.size(), ", the first a ", v->items[0]->type_name(),
-                                                  " of ", v->items[0]->entries.size() + v->items[0]->items.size()));
+                                                  " of ", v->items[0]->entries.size() + v->items[0]->items.size()),
+                  "; ", kOutWay);
 }
 
 std::string bucket_list(const std::vector<int64_t>& v) {
@@ -220,6 +231,7 @@ StatusOr<std::vector<MegatronBucketParam>> megatron_parameter_order(const std::m
   for (const auto& [key, shape] : shapes) {
     if (!model_key(key)) continue;
     if (!starts_with(key, kLayers)) {
+      if (rank.experts) continue;  // the expert buffer holds the experts only
       const int r = top_rank(key);
       if (r < 0)
         return Unimplemented(dir, ": model tensor '", key, "': its place in Megatron's parameter order (which lays "
@@ -236,6 +248,34 @@ StatusOr<std::vector<MegatronBucketParam>> megatron_parameter_order(const std::m
     int64_t layer = -1;
     if (const size_t dot = sub.find('.'); dot != std::string::npos && parse_int(sub.substr(0, dot), &layer))
       sub = sub.substr(dot + 1);  // one key per layer
+    if (expert_sub(sub) != rank.experts) continue;  // the other buffer's
+    if (rank.experts) {
+      // SequentialMLP's local experts in order, each registering linear_fc1 then linear_fc2 (weight, bias).
+      static const std::map<std::string, int> kExpert = {{"mlp.experts.experts.linear_fc1.weight", 0},
+                                                         {"mlp.experts.experts.linear_fc1.bias", 1},
+                                                         {"mlp.experts.experts.linear_fc2.weight", 2},
+                                                         {"mlp.experts.experts.linear_fc2.bias", 3}};
+      auto it = kExpert.find(sub);
+      if (te || it == kExpert.end() || layer >= 0)
+        return Unimplemented(dir, ": model tensor '", key, "': its place in Megatron's expert buffer with "
+                             "transformer_impl '", impl, "' is not known to Gale (it reads SequentialMLP's stacked "
+                             "experts, mlp.experts.experts.linear_fc1/linear_fc2 [L, E, ...], of the local spec); ",
+                             kOutWay);
+      const int64_t experts = shape.size() > 2 ? shape[1] : 0;
+      if (shape.size() < 3 || shape[0] != num_layers || experts % rank.ep_size != 0)
+        return DataLoss(dir, ": model tensor '", key, "' of shape ", shape_string(shape), ": expected [num_layers ",
+                        num_layers, ", experts divisible by args.expert_model_parallel_size ", rank.ep_size, ", ...]; ",
+                        kOutWay);
+      const Shape piece(shape.begin() + 2, shape.end());
+      const int64_t local = experts / rank.ep_size;
+      for (int64_t l = std::max<int64_t>(first, 0); l < std::min(last, num_layers); ++l)
+        for (int64_t j = 0; j < local; ++j) {
+          MegatronBucketParam q{key, l, numel_of(piece), 0, 0, piece};
+          q.expert = rank.ep_rank * local + j;
+          ranked.emplace_back(2, l, static_cast<int>(4 * j + it->second), std::move(q));
+        }
+      continue;
+    }
     const int r = layer_rank(sub, te);
     if (r < 0)
       return Unimplemented(dir, ": model tensor '", key, "': its place in Megatron's parameter order with "
@@ -320,25 +360,27 @@ StatusOr<std::vector<float>> f32_elements(const Tensor& t, const std::string& wh
 // dp_reshardable: one tensor per bucket and state of model-parallel rank `group`'s buffer (`states` gets their
 // names, the masters as fp32_param); other ranks' tensors are skipped.
 StatusOr<BucketSource> bucket_tensors(const DcpCheckpoint& c, const MegatronBucketLayout& layout, int64_t group,
-                                      const std::string& what, std::vector<std::string>* states) {
+                                      const std::string& what, std::vector<std::string>* states,
+                                      const std::string& prefix, int64_t gbuf, int64_t buffers) {
   auto keys = std::make_shared<std::map<std::string, std::map<int64_t, std::string>>>();  // state -> bucket -> key
   std::string dtype;
   for (const auto& [key, info] : c.tensors()) {
-    if (!starts_with(key, kBuckets)) continue;
+    if (!starts_with(key, prefix + kBuckets)) continue;
     BucketKey k;
-    if (!parse_bucket_key(key, &k))
+    if (!parse_bucket_key(key.substr(prefix.size()), &k))
       return DataLoss(c.directory(), ": optimizer tensor '", key, "': expected optimizer.distributed.dp_group_idx_<G>."
                       "gbuf_idx_<I>.dtype_<D>.bucket_idx_<B>.<state>");
     if (k.group != group) continue;
-    if (k.gbuf != 0 || (!dtype.empty() && k.dtype != dtype))
-      return Unimplemented(what, ": several gradient buffers (tensor '", key, "': MoE expert parameters, several "
-                           "parameter dtypes or model-parallel groups): not supported yet; ", kOutWay);
+    if (k.gbuf >= buffers || (k.gbuf == gbuf && !dtype.empty() && k.dtype != dtype))
+      return Unimplemented(what, ": several gradient buffers (tensor '", key, "': several parameter dtypes, or more "
+                           "model chunks than the ", buffers, " the saved args give): not supported yet; ", kOutWay);
+    if (k.gbuf != gbuf) continue;  // another model chunk's buffer
     dtype = k.dtype;
     (*keys)[k.state == "param" ? "fp32_param" : k.state][k.bucket] = key;
   }
   if (keys->empty())
-    return DataLoss(what, ": expected its bucket tensors (optimizer.distributed.dp_group_idx_", group, ".gbuf_idx_0."
-                    "dtype_<D>.bucket_idx_<B>.param / exp_avg / exp_avg_sq), found none; ", kOutWay);
+    return DataLoss(what, ": expected its bucket tensors (", prefix, "optimizer.distributed.dp_group_idx_", group,
+                    ".gbuf_idx_", gbuf, ".dtype_<D>.bucket_idx_<B>.param / exp_avg / exp_avg_sq), found none; ", kOutWay);
   const int64_t buckets = static_cast<int64_t>(layout.bucket_numel_unpadded.size());
   for (const auto& [state, by_bucket] : *keys) {
     states->push_back(state);
@@ -365,28 +407,31 @@ StatusOr<BucketSource> bucket_tensors(const DcpCheckpoint& c, const MegatronBuck
 // 'exp_avg', 'exp_avg_sq': the buckets' unpadded elements one after another, 'numel_unpadded'}}}.
 // Model-parallel rank `group`'s object optimizer.distributed.dp_group_idx_<group>.param_state.
 StatusOr<BucketSource> gathered_buffers_of(PyRef v, const MegatronBucketLayout& layout, const std::string& key,
-                                           const std::string& what, std::vector<std::string>* states);
+                                           const std::string& what, std::vector<std::string>* states, int64_t gbuf,
+                                           int64_t buffers);
 
 StatusOr<BucketSource> gathered_buffers(const DcpCheckpoint& c, const MegatronBucketLayout& layout, int64_t group,
-                                        const std::string& what, std::vector<std::string>* states) {
-  const std::string key = str_cat(kBuckets, "dp_group_idx_", group, ".param_state/shard_0_1");
+                                        const std::string& what, std::vector<std::string>* states,
+                                        const std::string& prefix, int64_t gbuf, int64_t buffers) {
+  const std::string key = str_cat(prefix, kBuckets, "dp_group_idx_", group, ".param_state/shard_0_1");
   if (!c.objects().count(key))
     return DataLoss(what, ": expected the object '", key, "' (the gathered buffers), found none; ", kOutWay);
   GALE_ASSIGN_OR_RETURN(PyRef v, c.read_object(key));
   if (v->kind == PyValue::kList && v->items.size() == 1) v = v->items[0];  // a ShardedObject's one-element list
-  return gathered_buffers_of(v, layout, key, what, states);
+  return gathered_buffers_of(v, layout, key, what, states, gbuf, buffers);
 }
 
-// get_parameter_state_dp_zero's dict `v` (named `key` in errors).
+// get_parameter_state_dp_zero's dict `v` (named `key` in errors); buffer `gbuf` of `buffers`.
 StatusOr<BucketSource> gathered_buffers_of(PyRef v, const MegatronBucketLayout& layout, const std::string& key,
-                                           const std::string& what, std::vector<std::string>* states) {
+                                           const std::string& what, std::vector<std::string>* states, int64_t gbuf,
+                                           int64_t buffers) {
   const PyValue* per_dtype = nullptr;
   for (const auto& [k, x] : v->entries)
     if (k->kind == PyValue::kInt) {
-      if (k->i != 0 || x->kind != PyValue::kDict || x->entries.size() != 1)
+      if (k->i < 0 || k->i >= buffers || x->kind != PyValue::kDict || x->entries.size() != 1)
         return Unimplemented(what, ": several gradient buffers (MoE expert parameters or several parameter dtypes): "
                              "not supported yet; ", kOutWay);
-      per_dtype = x->entries[0].second.get();
+      if (k->i == gbuf) per_dtype = x->entries[0].second.get();
     }
   if (v->kind != PyValue::kDict || per_dtype == nullptr || per_dtype->kind != PyValue::kDict)
     return DataLoss(what, ": object '", key, "': expected {0: {(param dtype, grad dtype): {'param', 'exp_avg', "
@@ -428,12 +473,15 @@ std::string set_attr(const PyValue* args, const char* name) {
   return v->type_name();
 }
 
-// Layer `layer` of a stacked tensor (-1: the whole tensor).
-Tensor layer_slice(const Tensor& w, int64_t layer) {
+// Layer `layer` of a stacked tensor (-1: the whole tensor); with `expert` >= 0 its [layer][expert] slice of stacked
+// experts [L, E, ...].
+Tensor layer_slice(const Tensor& w, int64_t layer, int64_t expert = -1) {
   if (layer < 0) return w;
-  Tensor out = Tensor::empty(Shape(w.shape().begin() + 1, w.shape().end()), w.dtype());
+  const size_t drop = expert >= 0 ? 2 : 1;
+  Tensor out = Tensor::empty(Shape(w.shape().begin() + drop, w.shape().end()), w.dtype());
+  const int64_t index = expert >= 0 ? layer * w.shape()[1] + expert : layer;
   const size_t bytes = static_cast<size_t>(out.numel() * dtype_size(w.dtype()));
-  std::memcpy(out.raw(), static_cast<const char*>(w.raw()) + static_cast<size_t>(layer) * bytes, bytes);
+  std::memcpy(out.raw(), static_cast<const char*>(w.raw()) + static_cast<size_t>(index) * bytes, bytes);
   return out;
 }
 
@@ -450,7 +498,7 @@ StatusOr<RankState> cut_buckets(const BucketSource& source, const std::vector<st
         if (q.bucket != b) continue;
         Tensor x = Tensor::empty(q.shape, DType::kF32);
         std::memcpy(x.data<float>(), f.data() + q.begin, static_cast<size_t>(q.numel) * sizeof(float));
-        local[state][{q.key, q.layer}] = std::move(x);
+        local[state][{q.key, q.layer, q.expert}] = std::move(x);
       }
     }
   return local;
@@ -512,22 +560,60 @@ Status read_megatron_bucket_state(const DcpCheckpoint& c, const PyValue* args, c
   if (tp < 1 || pp < 1)
     return DataLoss(what, ": Megatron's args record tensor_model_parallel_size ", tp,
                     " and pipeline_model_parallel_size ", pp, ": expected both >= 1; ", kOutWay);
-  if (const int64_t e = int_attr(args, "num_experts", 0); e > 0)
-    return Unimplemented(what, " with args.num_experts ", e, ": not supported yet (the expert parameters' buffers); ",
-                         kOutWay);
-  std::vector<int64_t> stage_layers(static_cast<size_t>(pp), pp > 1 ? num_layers / pp : -1);
-  if (pp > 1) {
-    for (const char* name : {"virtual_pipeline_model_parallel_size", "num_layers_per_virtual_pipeline_stage",
-                             "pipeline_model_parallel_layout"}) {
-      const std::string v = set_attr(args, name);
-      if (!v.empty() && !(v == "1" && std::string(name) == "virtual_pipeline_model_parallel_size"))
-        return Unimplemented(what, " saved at PP ", pp, " with args.", name, " ", v, ": not supported yet (Gale "
-                             "rebuilds the buffers of one model chunk per stage); ", kOutWay);
+  // MoE: Megatron's ChainedOptimizer [dense, experts], each optimizer's buffers under its chained_<i>. prefix.
+  const int64_t num_experts = int_attr(args, "num_experts", 0);
+  const bool chained = num_experts > 0;
+  const int64_t ep = std::max<int64_t>(1, int_attr(args, "expert_model_parallel_size", 1));
+  if (chained) {
+    if (const int64_t etp = int_attr(args, "expert_tensor_parallel_size", 1); etp != 1)
+      return Unimplemented(what, " with args.expert_tensor_parallel_size ", etp, ": not supported yet (Gale rebuilds "
+                           "the expert buffers of whole experts, expert TP 1); ", kOutWay);
+    bool dense = false, experts = false;
+    for (const auto& [key, info] : c.tensors()) {
+      dense = dense || starts_with(key, std::string("chained_0.") + kBuckets);
+      experts = experts || starts_with(key, std::string("chained_1.") + kBuckets);
     }
-    GALE_ASSIGN_OR_RETURN(stage_layers, megatron_stage_layers(args, pp, num_layers, what));
+    for (const auto& [key, info] : c.objects()) {
+      dense = dense || starts_with(key, std::string("chained_0.") + kBuckets);
+      experts = experts || starts_with(key, std::string("chained_1.") + kBuckets);
+    }
+    if (!dense || !experts)
+      return DataLoss(what, ": Megatron's args record args.num_experts ", num_experts, ", whose chained dense and "
+                      "expert optimizers save their buffers under chained_0.", kBuckets, "* and chained_1.", kBuckets,
+                      "*: found ", dense ? "" : "no chained_0. ", !dense && !experts ? "and " : "",
+                      experts ? "" : "no chained_1. ", "entries; ", kOutWay);
   }
   const PyValue* untie = args ? args->attr("untie_embeddings_and_output_weights") : nullptr;
   const bool tied = !(untie && untie->kind == PyValue::kBool && untie->b);
+  std::vector<int64_t> stage_layers(static_cast<size_t>(pp), pp > 1 ? num_layers / pp : -1);
+  int64_t chunks = 1, chunk_layers = -1;  // virtual pipeline chunks per stage and their layers
+  if (pp > 1) {
+    if (const std::string v = set_attr(args, "pipeline_model_parallel_layout"); !v.empty())
+      return Unimplemented(what, " saved at PP ", pp, " with args.pipeline_model_parallel_layout ", v, ": not "
+                           "supported yet (Gale rebuilds the buffers of even virtual pipeline chunks); ", kOutWay);
+    GALE_ASSIGN_OR_RETURN(stage_layers, megatron_stage_layers(args, pp, num_layers, what));
+    chunks = std::max<int64_t>(1, int_attr(args, "virtual_pipeline_model_parallel_size", 1));
+    if (const int64_t n = int_attr(args, "num_layers_per_virtual_pipeline_stage", 0); n > 0 && chunks == 1 &&
+        num_layers % (n * pp) == 0)
+      chunks = num_layers / (n * pp);
+    if (chunks > 1) {
+      const std::string why =
+          num_layers % (pp * chunks) != 0 ? str_cat("args.num_layers ", num_layers, " not divisible by PP x chunks")
+          : chained                       ? std::string("MoE expert buffers per chunk")
+          : tied                          ? std::string("tied embeddings")
+          : !set_attr(args, "decoder_first_pipeline_num_layers").empty() ||
+                  !set_attr(args, "decoder_last_pipeline_num_layers").empty() ||
+                  !set_attr(args, "account_for_embedding_in_pipeline_split").empty() ||
+                  !set_attr(args, "account_for_loss_in_pipeline_split").empty()
+              ? std::string("an uneven pipeline split")
+              : std::string();
+      if (!why.empty())
+        return Unimplemented(what, " saved at PP ", pp, " with ", chunks, " virtual pipeline chunks and ", why,
+                             ": not supported yet (Gale rebuilds the buffers of even virtual pipeline chunks of a "
+                             "dense model with untied embeddings); ", kOutWay);
+      chunk_layers = num_layers / (pp * chunks);
+    }
+  }
   if (tied && pp > 1) GALE_RETURN_IF_ERROR(check_tied_checkpoint(shapes_of(c), dir));  // before the first stage's buckets
   const PyValue* impl = args ? args->attr("transformer_impl") : nullptr;
   if (impl == nullptr || impl->kind != PyValue::kString)
@@ -535,9 +621,13 @@ Status read_megatron_bucket_state(const DcpCheckpoint& c, const PyValue* args, c
                          "parameters in the buckets; ", kOutWay);
   for (const auto& [key, info] : c.tensors()) {  // every rank's buffers, and no other
     BucketKey k;
-    if (starts_with(key, kBuckets) && parse_bucket_key(key, &k) && k.group >= tp * pp)
-      return DataLoss(what, ": optimizer tensor '", key, "': expected dp_group_idx_0 to ", tp * pp - 1, " (one per "
-                      "model-parallel rank of the saved args' TP ", tp, " x PP ", pp, "); ", kOutWay);
+    const bool experts = starts_with(key, "chained_1.");
+    const std::string rest = chained && (experts || starts_with(key, "chained_0.")) ? key.substr(10) : key;
+    const int64_t groups = experts ? ep * pp : tp * pp;
+    if (starts_with(rest, kBuckets) && parse_bucket_key(rest, &k) && k.group >= groups)
+      return DataLoss(what, ": optimizer tensor '", key, "': expected dp_group_idx_0 to ", groups - 1, " (one per ",
+                      experts ? "expert " : "", "model-parallel rank of the saved args' ",
+                      experts ? str_cat("EP ", ep) : str_cat("TP ", tp), " x PP ", pp, "); ", kOutWay);
   }
   const auto flag_on = [&](const char* name) {
     const PyValue* v = args ? args->attr(name) : nullptr;
@@ -546,79 +636,77 @@ Status read_megatron_bucket_state(const DcpCheckpoint& c, const PyValue* args, c
   const bool gated = flag_on("swiglu") || flag_on("quick_geglu");  // fc1 [gate; linear half] per rank
   std::map<std::string, Tensor> weights;  // the saved weights, read once
   std::map<std::string, std::map<std::string, Tensor>> global;  // state -> model key -> global tensor
-  for (int64_t p = 0; p < pp; ++p) {
-    std::vector<RankState> stage;  // by tensor-parallel rank
-    for (int64_t t = 0; t < tp; ++t) {
-      const int64_t group = t + tp * p;  // DistributedOptimizer's data_parallel_group_idx
-      const std::string rank_what =
-          tp * pp > 1 ? str_cat(what, ", tensor-parallel rank ", t, " of ", tp, ", pipeline rank ", p, " of ", pp)
-                      : what;
-      MegatronModelRank rank;
-      rank.tp_size = tp;
-      rank.tp_rank = t;
-      rank.num_layers = stage_layers[static_cast<size_t>(p)];
-      for (int64_t q = 0; q < p; ++q) rank.first_layer += stage_layers[static_cast<size_t>(q)];
-      rank.first_stage = p == 0;
-      rank.last_stage = p == pp - 1;
-      rank.swiglu = gated;
-      rank.tied_embeddings = tied;
-      GALE_ASSIGN_OR_RETURN(std::vector<MegatronBucketParam> order,
-                            megatron_parameter_order(c, impl->s, num_layers, dir, rank));
-      int64_t num_parameters = 0;
-      for (const MegatronBucketParam& q : order) num_parameters += q.numel;
-      GALE_ASSIGN_OR_RETURN(int64_t bucket_size, saved_bucket_size(args, num_parameters, dir + "/common.pt"));
-      const MegatronBucketLayout layout = megatron_bucket_layout(std::move(order), bucket_size);
-      const std::string size_text = bucket_size > 0 ? str_cat("bucket size ", bucket_size) : "one bucket";
-      const std::string sizes_key =
-          str_cat(kBuckets, "dp_group_idx_", group, ".per_bucket_numel_unpadded/shard_0_1");
-      GALE_ASSIGN_OR_RETURN(auto saved, saved_unpadded(c, sizes_key));
-      if (saved && *saved != layout.bucket_numel_unpadded)
-        return DataLoss(rank_what, ": the saved bucket sizes ", bucket_list(*saved), " (", sizes_key,
-                        ") differ from the ", bucket_list(layout.bucket_numel_unpadded),
-                        " of the buffer layout Gale rebuilt from the saved args (", size_text, ", transformer_impl '",
-                        impl->s, "'); ", kOutWay);
-      std::vector<std::string> states;
-      GALE_ASSIGN_OR_RETURN(BucketSource source, o->layout == "dp_zero_gather_scatter"
-                                                     ? gathered_buffers(c, layout, group, rank_what, &states)
-                                                     : bucket_tensors(c, layout, group, rank_what, &states));
-      GALE_ASSIGN_OR_RETURN(RankState local, cut_buckets(source, states, layout));
-      // The masters, rounded to the weights' dtype, are this rank's piece of the saved weights: proof that the
-      // layout is Megatron's.
-      auto masters = local.find("fp32_param");
-      if (masters == local.end())
-        return DataLoss(rank_what, ": no 'param' bucket tensors (the fp32 master copies); ", kOutWay);
-      for (const auto& [at, m] : masters->second) {
-        const auto& [key, layer] = at;
-        if (!weights.count(key)) {
-          GALE_ASSIGN_OR_RETURN(weights[key], c.read_tensor(key));
-        }
-        GALE_ASSIGN_OR_RETURN(Tensor w, megatron_cut_tp(layer_slice(weights.at(key), layer),
-                                                        megatron_split_of(key, gated), tp, t, key));
-        Tensor r = Tensor::empty(w.shape(), w.dtype());
-        GALE_RETURN_IF_ERROR(convert_elements(st_dtype_of(DType::kF32), m.raw(), w.dtype(), r.raw(), m.numel(), key));
-        const int64_t esize = dtype_size(w.dtype());
-        int64_t differ = 0, first = -1;
-        for (int64_t i = 0; i < w.numel(); ++i)
-          if (std::memcmp(static_cast<const char*>(r.raw()) + i * esize, static_cast<const char*>(w.raw()) + i * esize,
-                          static_cast<size_t>(esize)) != 0) {
-            if (first < 0) first = i;
-            ++differ;
-          }
-        if (differ > 0)
-          return DataLoss(rank_what, ": the fp32 master copies that the buffer layout rebuilt from the saved args (",
-                          size_text, ", transformer_impl '", impl->s, "') places at '", key, "'",
-                          layer >= 0 ? str_cat(" (layer ", layer, ")") : std::string(), " are not its saved weights (",
-                          differ, " of ", w.numel(), " elements differ, the first at flat index ", first,
-                          "): the layout is not the saving run's; ", kOutWay);
+  // One model-parallel rank's buffers (under `prefix`, dp_group_idx_<group>) cut into its parameters, its masters
+  // checked against its piece of the weights.
+  // With virtual pipeline chunks, chunk `gbuf` of `buffers` (gbuf_idx_<chunk>); Megatron buckets the first chunk only.
+  auto read_rank = [&](const std::string& prefix, int64_t group, const MegatronModelRank& rank,
+                       const std::string& rank_what, int64_t gbuf = 0, int64_t buffers = 1) -> StatusOr<RankState> {
+    GALE_ASSIGN_OR_RETURN(std::vector<MegatronBucketParam> order,
+                          megatron_parameter_order(c, impl->s, num_layers, dir, rank));
+    int64_t num_parameters = 0;
+    for (const MegatronBucketParam& q : order) num_parameters += q.numel;
+    GALE_ASSIGN_OR_RETURN(int64_t bucket_size, saved_bucket_size(args, num_parameters, dir + "/common.pt"));
+    if (gbuf > 0) bucket_size = 0;  // training.get_model: disable_bucketing for the chunks after the first
+    const MegatronBucketLayout layout = megatron_bucket_layout(std::move(order), bucket_size);
+    const std::string size_text = bucket_size > 0 ? str_cat("bucket size ", bucket_size) : "one bucket";
+    const std::string sizes_key =
+        str_cat(prefix, kBuckets, "dp_group_idx_", group, ".per_bucket_numel_unpadded/shard_0_1");
+    GALE_ASSIGN_OR_RETURN(auto saved, saved_unpadded(c, sizes_key, gbuf, buffers));
+    if (saved && *saved != layout.bucket_numel_unpadded)
+      return DataLoss(rank_what, ": the saved bucket sizes ", bucket_list(*saved), " (", sizes_key,
+                      buffers > 1 ? str_cat(", buffer ", gbuf) : "",
+                      ") differ from the ", bucket_list(layout.bucket_numel_unpadded),
+                      " of the buffer layout Gale rebuilt from the saved args (", size_text, ", transformer_impl '",
+                      impl->s, "'); ", kOutWay);
+    std::vector<std::string> states;
+    GALE_ASSIGN_OR_RETURN(BucketSource source, o->layout == "dp_zero_gather_scatter"
+                                                   ? gathered_buffers(c, layout, group, rank_what, &states, prefix,
+                                                                      gbuf, buffers)
+                                                   : bucket_tensors(c, layout, group, rank_what, &states, prefix,
+                                                                    gbuf, buffers));
+    GALE_ASSIGN_OR_RETURN(RankState local, cut_buckets(source, states, layout));
+    // The masters, rounded to the weights' dtype, are this rank's piece of the saved weights: proof that the
+    // layout is Megatron's.
+    auto masters = local.find("fp32_param");
+    if (masters == local.end())
+      return DataLoss(rank_what, ": no 'param' bucket tensors (the fp32 master copies); ", kOutWay);
+    for (const auto& [at, m] : masters->second) {
+      const auto& [key, layer, expert] = at;
+      if (!weights.count(key)) {
+        GALE_ASSIGN_OR_RETURN(weights[key], c.read_tensor(key));
       }
-      stage.push_back(std::move(local));
+      GALE_ASSIGN_OR_RETURN(Tensor w, megatron_cut_tp(layer_slice(weights.at(key), layer, expert),
+                                                      megatron_split_of(key, gated), rank.tp_size, rank.tp_rank, key));
+      Tensor r = Tensor::empty(w.shape(), w.dtype());
+      GALE_RETURN_IF_ERROR(convert_elements(st_dtype_of(DType::kF32), m.raw(), w.dtype(), r.raw(), m.numel(), key));
+      const int64_t esize = dtype_size(w.dtype());
+      int64_t differ = 0, first = -1;
+      for (int64_t i = 0; i < w.numel(); ++i)
+        if (std::memcmp(static_cast<const char*>(r.raw()) + i * esize, static_cast<const char*>(w.raw()) + i * esize,
+                        static_cast<size_t>(esize)) != 0) {
+          if (first < 0) first = i;
+          ++differ;
+        }
+      if (differ > 0)
+        return DataLoss(rank_what, ": the fp32 master copies that the buffer layout rebuilt from the saved args (",
+                        size_text, ", transformer_impl '", impl->s, "') places at '", key, "'",
+                        layer >= 0 ? str_cat(" (layer ", layer, expert >= 0 ? str_cat(", expert ", expert) : "", ")")
+                                   : std::string(),
+                        " are not its saved weights (", differ, " of ", w.numel(),
+                        " elements differ, the first at flat index ", first, "): the layout is not the saving run's; ",
+                        kOutWay);
     }
-    // The stage's TP pieces merged (SwiGLU's gate and up halves separately), in place at their global layers.
+    return local;
+  };
+  // A stage's TP pieces merged (SwiGLU's gate and up halves separately), in place at their global layers (and
+  // experts).
+  auto merge = [&](const std::vector<RankState>& stage, int64_t p) -> Status {
+    const int64_t pieces_tp = static_cast<int64_t>(stage.size());
     for (const auto& [state, pieces] : stage[0])
       for (const auto& [at, piece0] : pieces) {
-        const auto& [key, layer] = at;
+        const auto& [key, layer, expert] = at;
         std::vector<Tensor> parts;
-        for (int64_t t = 0; t < tp; ++t) {
+        for (int64_t t = 0; t < pieces_tp; ++t) {
           auto s = stage[t].find(state);
           if (s == stage[t].end() || !s->second.count(at))
             return DataLoss(what, ": tensor-parallel rank ", t, " of pipeline rank ", p, " holds no '",
@@ -642,14 +730,79 @@ Status read_megatron_bucket_state(const DcpCheckpoint& c, const PyValue* args, c
           }
           continue;
         }
-        if (!dst.defined()) dst = Tensor::zeros(c.tensors().at(key).shape, DType::kF32);
-        if (whole.numel() * (layer >= 0 ? c.tensors().at(key).shape[0] : 1) != dst.numel())
+        const Shape& full = c.tensors().at(key).shape;
+        if (!dst.defined()) dst = Tensor::zeros(full, DType::kF32);
+        const int64_t slices = layer < 0 ? 1 : expert >= 0 ? full[0] * full[1] : full[0];
+        if (whole.numel() * slices != dst.numel())
           return DataLoss(what, ": the merged '", state, "' of '", key, "' has shape ", whole.shape_string(),
-                          ": expected ", layer >= 0 ? "one layer of " : "", shape_string(c.tensors().at(key).shape));
-        std::memcpy(dst.data<float>() + std::max<int64_t>(layer, 0) * whole.numel(), whole.data<float>(),
+                          ": expected ", layer >= 0 ? (expert >= 0 ? "one expert of one layer of " : "one layer of ")
+                                                    : "", shape_string(full));
+        const int64_t index = layer < 0 ? 0 : expert >= 0 ? layer * full[1] + expert : layer;
+        std::memcpy(dst.data<float>() + index * whole.numel(), whole.data<float>(),
                     static_cast<size_t>(whole.numel()) * sizeof(float));
       }
+    return Status::Ok();
+  };
+  // Megatron's ChainedOptimizer (MoE): the dense optimizer's buffers under chained_0., the experts' under chained_1.
+  const std::string dense_prefix = chained ? "chained_0." : "";
+  for (int64_t p = 0; p < pp; ++p) {
+    std::vector<RankState> stage;  // by tensor-parallel rank
+    for (int64_t t = 0; t < tp; ++t) {
+      const int64_t group = t + tp * p;  // DistributedOptimizer's data_parallel_group_idx
+      std::string rank_what =
+          tp * pp > 1 ? str_cat(what, ", tensor-parallel rank ", t, " of ", tp, ", pipeline rank ", p, " of ", pp)
+                      : what;
+      if (chained) rank_what += ", dense optimizer (chained_0)";
+      MegatronModelRank rank;
+      rank.tp_size = tp;
+      rank.tp_rank = t;
+      rank.num_layers = stage_layers[static_cast<size_t>(p)];
+      for (int64_t q = 0; q < p; ++q) rank.first_layer += stage_layers[static_cast<size_t>(q)];
+      rank.first_stage = p == 0;
+      rank.last_stage = p == pp - 1;
+      rank.swiglu = gated;
+      rank.tied_embeddings = tied;
+      if (chunks == 1) {
+        GALE_ASSIGN_OR_RETURN(RankState local, read_rank(dense_prefix, group, rank, rank_what));
+        stage.push_back(std::move(local));
+        continue;
+      }
+      // Virtual pipeline chunks: chunk v of pipeline rank p is virtual stage v·PP + p (its layers
+      // [(v·PP + p)·n, +n)); the embedding in the first chunk of the first rank, the final norm and output layer in
+      // the last chunk of the last rank; one buffer per chunk (gbuf_idx_<v>).
+      RankState merged;
+      for (int64_t v = 0; v < chunks; ++v) {
+        rank.num_layers = chunk_layers;
+        rank.first_layer = (v * pp + p) * chunk_layers;
+        rank.first_stage = p == 0 && v == 0;
+        rank.last_stage = p == pp - 1 && v == chunks - 1;
+        GALE_ASSIGN_OR_RETURN(RankState local,
+                              read_rank(dense_prefix, group, rank, str_cat(rank_what, ", model chunk ", v), v, chunks));
+        for (auto& [state, pieces] : local)
+          for (auto& [at, x] : pieces) merged[state][at] = std::move(x);
+      }
+      stage.push_back(std::move(merged));
+    }
+    GALE_RETURN_IF_ERROR(merge(stage, p));
   }
+  // The expert optimizer: expert model-parallel rank e + EP·p (its rank in Megatron's tp-ep-pp expert group at expert
+  // TP 1) holds the E / EP local experts of EP rank e, whole, of stage p's layers.
+  for (int64_t p = 0; chained && p < pp; ++p)
+    for (int64_t e = 0; e < ep; ++e) {
+      MegatronModelRank rank;
+      rank.num_layers = stage_layers[static_cast<size_t>(p)];
+      for (int64_t q = 0; q < p; ++q) rank.first_layer += stage_layers[static_cast<size_t>(q)];
+      rank.first_stage = p == 0;
+      rank.last_stage = p == pp - 1;
+      rank.swiglu = gated;
+      rank.experts = true;
+      rank.ep_size = ep;
+      rank.ep_rank = e;
+      const std::string rank_what = str_cat(what, ", expert optimizer (chained_1), expert-parallel rank ", e, " of ",
+                                            ep, ", pipeline rank ", p, " of ", pp);
+      GALE_ASSIGN_OR_RETURN(RankState local, read_rank("chained_1.", e + ep * p, rank, rank_what));
+      GALE_RETURN_IF_ERROR(merge({std::move(local)}, p));
+    }
   for (auto& [state, by_key] : global) o->tensors[state] = std::move(by_key);
   return Status::Ok();
 }
@@ -661,7 +814,7 @@ StatusOr<int64_t> megatron_saved_bucket_size(const PyValue* args, int64_t num_pa
 StatusOr<MegatronRankState> megatron_split_dp_zero(const PyRef& state, const MegatronBucketLayout& layout,
                                                    const std::string& file, const std::string& what) {
   std::vector<std::string> states;
-  GALE_ASSIGN_OR_RETURN(BucketSource source, gathered_buffers_of(state, layout, file, what, &states));
+  GALE_ASSIGN_OR_RETURN(BucketSource source, gathered_buffers_of(state, layout, file, what, &states, 0, 1));
   return cut_buckets(source, states, layout);
 }
 

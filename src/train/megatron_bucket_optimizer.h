@@ -42,10 +42,25 @@
 // against the embedding's piece and its state must equal the first stage's bit for bit (Megatron all-reduces the two
 // copies' gradients), else DataLoss.
 //
-// Refused (Unimplemented, naming --no-load-optim): virtual pipeline chunks (a buffer per chunk: several gbuf_idx, the
-// chunks after the first one bucket each) and pipeline_model_parallel_layout, several buffers (MoE expert parameters,
-// several parameter dtypes), models whose parameter names Gale cannot place in Megatron's order, args without
-// transformer_impl; a split Megatron refuses itself (num_layers not divisible by PP without the uneven flags, ...) is
+// MoE (args.num_experts > 0): Megatron's ChainedOptimizer [dense, experts] saves each optimizer's objects and buffers
+// under its chained_<i>. prefix. The dense buffer (chained_0., dp_group_idx_<t + TP·p>) holds every parameter but the
+// experts' — MoELayer registers its router, its experts, then its shared experts (the router's expert_bias is a buffer,
+// in none) —; the experts (mlp.experts.experts.linear_fc1/fc2, stacked [L, E, ...]) sit in Megatron's
+// expert_parallel_buffers: expert-parallel rank e's buffer (chained_1., dp_group_idx_<e + EP·p>, its rank in the
+// tp-ep-pp expert group at expert TP 1) holds its E / EP local experts of the stage's layers, each local expert's
+// linear_fc1 then linear_fc2, laid out and checked (bucket sizes, masters against the [layer][expert] slice of the
+// weights) as above, then placed at its global expert.
+//
+// Virtual pipeline chunks (args.virtual_pipeline_model_parallel_size or num_layers_per_virtual_pipeline_stage, an even
+// split): each chunk is its own DDP module, so pipeline rank p's optimizer holds one buffer per chunk, numbered in
+// chunk order (gbuf_idx_<v>; per_bucket_numel_unpadded lists one {dtype: sizes} per chunk); chunk v holds virtual
+// stage v·PP + p's layers, the embedding in rank 0's chunk 0, the final norm and output layer in the last rank's last
+// chunk; training.get_model disables bucketing for the chunks after the first (one bucket each).
+//
+// Refused (Unimplemented, naming --no-load-optim): virtual pipeline chunks with an uneven split, tied embeddings or
+// MoE, pipeline_model_parallel_layout, several buffers of one optimizer
+// (several parameter dtypes), expert TP > 1, MoE with Transformer Engine's names or per-layer expert keys, models whose
+// parameter names Gale cannot place in Megatron's order, args without transformer_impl; a split Megatron refuses itself (num_layers not divisible by PP without the uneven flags, ...) is
 // DataLoss naming the args. A checkpoint whose buckets disagree with the rebuilt layout is DataLoss, naming the bucket
 // (and the model-parallel rank), what was expected and found.
 #pragma once
@@ -53,6 +68,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -75,6 +91,7 @@ struct MegatronBucketParam {
   // Megatron's shared_embedding (tied embeddings at PP > 1: the first stage's embedding, the last stage's copy): the
   // distributed optimizer's buffer gives it a bucket of its own (the open bucket closes at its aligned start).
   bool own_bucket = false;
+  int64_t expert = -1;  // the global expert of a stacked experts key ([L, E, ...]: the [layer][expert] slice)
 };
 
 struct MegatronBucketLayout {
@@ -91,6 +108,11 @@ struct MegatronModelRank {
   // Tied embeddings (no --untie-embeddings-and-output-weights): a last stage that is not also the first holds its own
   // copy of the word embedding as output_layer.weight, listed under the embedding's key at the output layer's place.
   bool tied_embeddings = false;
+  // MoE: the expert parameters (mlp.experts.experts.*, stacked [L, E, ...]) sit in buffers of their own (Megatron's
+  // expert_parallel_buffers). experts = false: the dense buffer's parameters (no expert ones); true: the expert
+  // buffer's, expert-parallel rank ep_rank's E / ep_size local experts.
+  bool experts = false;
+  int64_t ep_size = 1, ep_rank = 0;
 };
 
 // The parameters of the model keys `c` holds in Megatron's model.parameters() order on model-parallel rank `rank`
@@ -124,8 +146,10 @@ StatusOr<std::vector<int64_t>> megatron_stage_layers(const PyValue* args, int64_
 // (for args.ddp_num_buckets). DataLoss naming `where` when the args cannot tell.
 StatusOr<int64_t> megatron_saved_bucket_size(const PyValue* args, int64_t num_parameters, const std::string& where);
 
-// One model-parallel rank's state: state ("fp32_param", "exp_avg", ...) -> (model key, layer) -> its piece (f32).
-using MegatronRankState = std::map<std::string, std::map<std::pair<std::string, int64_t>, Tensor>>;
+// Where a piece sits: model key, layer (-1: the whole tensor), global expert (-1: not an expert's).
+using MegatronPieceAt = std::tuple<std::string, int64_t, int64_t>;
+// One model-parallel rank's state: state ("fp32_param", "exp_avg", ...) -> where -> its piece (f32).
+using MegatronRankState = std::map<std::string, std::map<MegatronPieceAt, Tensor>>;
 
 // DistributedOptimizer.get_parameter_state_dp_zero's dict `state` ({'buckets_coalesced': True, 0: {(param dtype,
 // grad dtype): {'param', 'exp_avg', 'exp_avg_sq', 'numel_unpadded'}}}: the legacy format's distrib_optim.pt)

@@ -17,7 +17,8 @@ bool starts_with(const std::string& s, const std::string& prefix) { return s.rfi
 // Training state that is not the model: skipped (Gale loads Megatron's model weights only).
 bool training_state(const std::string& key) {
   return starts_with(key, "optimizer") || starts_with(key, "rng_state") || starts_with(key, "rerun_state_machine") ||
-         starts_with(key, "opt_param_scheduler");
+         starts_with(key, "opt_param_scheduler") ||
+         starts_with(key, "chained_");  // a ChainedOptimizer's bucket-space state (chained_<i>.optimizer.*)
 }
 
 int64_t int_attr(const PyValue* args, const char* name, int64_t fallback) {

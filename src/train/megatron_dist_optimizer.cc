@@ -160,6 +160,115 @@ StatusOr<MegatronOptimizerState> read_lion_chain(const DcpCheckpoint& c, const P
   return o;
 }
 
+// The torch-format type: args.optimizer, or (args without it) what the state names say: Adam's second moment, SGD's
+// momentum; empty when neither.
+std::string optimizer_type(const PyValue* type, const MegatronOptimizerState& o) {
+  return type && type->kind == PyValue::kString ? type->s
+         : o.tensors.count("exp_avg_sq")        ? "adam"
+         : o.tensors.count("momentum_buffer")   ? "sgd"
+                                                : "";
+}
+
+// Megatron's ChainedOptimizer (megatron/core/optimizer/__init__.py get_megatron_optimizer): the dense parameters'
+// optimizer, then with MoE the expert parameters' one over the expert-data-parallel group (each a DistributedOptimizer,
+// an FP32Optimizer or a Float16OptimizerWithFloat16Params). common.pt's 'optimizer' is {0: the dense one's non-sharded
+// state, 1: the experts'}, each as that optimizer alone saves it. Megatron's checkpointing passes
+// chained_optim_avoid_prefix, so in the model-space layouts (fully_sharded_model_space, fully_reshardable) and without
+// the distributed optimizer the tensors keep the plain optimizer.state.<state>.<model key> names (each parameter
+// belongs to one optimizer); the bucket-space layouts prefix each optimizer's buffers and objects with chained_<i>.
+// (megatron_bucket_optimizer.h reads them for the MoE chain [dense, experts]).
+// Steps are synchronised by Megatron (_synchronize_steps): they must agree.
+StatusOr<MegatronOptimizerState> read_chain(const DcpCheckpoint& c, const PyValue& common,
+                                            const std::vector<const PyValue*>& chained, const PyValue* args,
+                                            const PyValue* type, const std::string& dir, MegatronOptimizerState o) {
+  const std::string where = dir + "/common.pt";
+  std::set<int64_t> steps;
+  std::string layout;
+  for (size_t i = 0; i < chained.size(); ++i) {
+    const PyValue* sub = chained[i];
+    const std::string at = str_cat(where, " (optimizer[", i, "])");
+    if (sub->kind != PyValue::kDict)
+      return DataLoss(at, ": expected a chained optimizer's state dict, found ", sub->type_name());
+    std::string sub_layout = "non-distributed";
+    if (const PyValue* t = sub->get("param_state_sharding_type")) {
+      if (t->kind != PyValue::kString)
+        return DataLoss(at, ": param_state_sharding_type: expected a string, found ", t->type_name());
+      sub_layout = t->s;
+    }
+    if (i > 0 && sub_layout != layout)
+      return DataLoss(where, ": the chained optimizers saved their state in different layouts ('", layout, "' and '",
+                      sub_layout, "'): expected one (Megatron passes one sharding type to all); ", kOutWay);
+    layout = sub_layout;
+    const PyValue* experts = args ? args->attr("num_experts") : nullptr;
+    if (bucket_layout(layout) && (chained.size() != 2 || !experts || experts->kind != PyValue::kInt || experts->i < 1))
+      return Unimplemented(dir, ": the state of ", chained.size(), " chained optimizers in the distributed optimizer's '",
+                           layout, "' layout (each optimizer's buffers under chained_<i>.optimizer.distributed.*) "
+                           "without args.num_experts: not supported yet (Gale reads the bucket-space layouts of "
+                           "Megatron's MoE chain [dense, experts] only); ", kOutWay);
+    if (layout != "non-distributed" && layout != "fully_sharded_model_space" && layout != "fully_reshardable" &&
+        !bucket_layout(layout))
+      return Unimplemented(dir, ": Megatron's distributed optimizer state in the '", layout,
+                           "' layout: not supported yet (Gale reads fully_sharded_model_space, fully_reshardable, "
+                           "dp_reshardable and dp_zero_gather_scatter); ", kOutWay);
+    const PyValue* inner = sub->get("optimizer");  // the float16 and distributed optimizers nest torch's dict
+    const PyValue* scaler = sub->get("grad_scaler");
+    PyRef bucket_inner, bucket_scaler;  // the bucket layouts save both as objects of the first data-parallel group
+    if (bucket_layout(layout)) {
+      const std::string group = str_cat("chained_", i, ".optimizer.distributed.dp_group_idx_0."), shard = "/shard_0_1";
+      if (!c.objects().count(group + "optimizer" + shard))
+        return DataLoss(dir, ": Megatron's '", layout, "' optimizer layout of a chained optimizer: expected the object '",
+                        group, "optimizer", shard, "' (the param groups and step), found none; ", kOutWay);
+      auto unwrap = [](const PyRef& v) { return v->kind == PyValue::kList && v->items.size() == 1 ? v->items[0] : v; };
+      GALE_ASSIGN_OR_RETURN(bucket_inner, c.read_object(group + "optimizer" + shard));
+      bucket_inner = unwrap(bucket_inner);
+      inner = bucket_inner.get();
+      if (c.objects().count(group + "grad_scaler" + shard)) {
+        GALE_ASSIGN_OR_RETURN(bucket_scaler, c.read_object(group + "grad_scaler" + shard));
+        bucket_scaler = unwrap(bucket_scaler);
+        scaler = bucket_scaler.get();
+      }
+    }
+    if (inner == nullptr || inner->kind != PyValue::kDict) inner = sub;
+    GALE_ASSIGN_OR_RETURN(const int64_t step, step_of(*inner, at));
+    steps.insert(step);
+    if (const PyValue* g = scaler; g && g->kind == PyValue::kDict && o.grad_scaler.is_null()) {
+      const nlohmann::json s = scalars_json(*g);
+      o.grad_scaler = {{"scale", s.value("scale", 1.0)},
+                       {"growth_tracker", s.value("growth_tracker", 0)},
+                       {"hysteresis_tracker", s.value("hysteresis_tracker", 0)}};
+    }
+  }
+  if (steps.size() > 1)
+    return Unimplemented(where, ": the chained optimizers record different steps (", *steps.begin(), " and ",
+                         *steps.rbegin(), "): not supported (Megatron synchronises them); ", kOutWay);
+  o.step = steps.empty() ? 0 : *steps.begin();
+  o.layout = layout;
+  for (const auto& [key, info] : c.tensors())
+    if (bucket_layout(layout) ? starts_with(key, "optimizer.")
+                              : starts_with(key, "chained_") ||
+                                    (starts_with(key, "optimizer.") && !starts_with(key, "optimizer.state.")))
+      return Unimplemented(dir, ": optimizer tensor '", key, "' of a chained optimizer in the '", layout, "' layout: "
+                           "expected ", bucket_layout(layout) ? "chained_<i>.optimizer.distributed.*" :
+                           "optimizer.state.<state>.<model key> (Megatron's chained_optim_avoid_prefix)",
+                           ", not supported otherwise; ", kOutWay);
+  const PyValue* sched = common.get("opt_param_scheduler");
+  if (sched == nullptr || sched->kind != PyValue::kDict)
+    return DataLoss(where, ": expected Megatron's 'opt_param_scheduler' state dict next to the optimizer state "
+                    "(Megatron's own load needs it too), found ", sched ? sched->type_name() : std::string("none"),
+                    "; ", kOutWay);
+  o.scheduler = scalars_json(*sched);
+  if (bucket_layout(layout)) GALE_RETURN_IF_ERROR(read_megatron_bucket_state(c, args, dir, &o));
+  else GALE_RETURN_IF_ERROR(read_model_space_states(c, dir, &o));
+  o.type = optimizer_type(type, o);
+  if (o.type.empty())
+    return DataLoss(dir, ": Megatron's args record no 'optimizer' and the optimizer state has neither Adam's "
+                         "exp_avg_sq nor SGD's momentum_buffer: ", kOutWay);
+  if (o.tensors.empty() && o.type != "sgd")
+    return FailedPrecondition(dir, ": Megatron's checkpoint holds no optimizer.state.* tensors (only the non-sharded "
+                                   "optimizer state): ", kOutWay);
+  return o;
+}
+
 }  // namespace
 
 nlohmann::json megatron_scalars_json(const PyValue& d) { return scalars_json(d); }
@@ -226,11 +335,9 @@ StatusOr<MegatronOptimizerState> read_megatron_dist_optimizer(const DcpCheckpoin
   std::vector<const PyValue*> chained;  // ChainedOptimizer: {0: ..., 1: ...}
   for (const auto& [k, v] : opt->entries)
     if (k->kind == PyValue::kInt) chained.push_back(v.get());
-  if (!chained.empty() && !lion)
-    return Unimplemented(where, ": the state of several optimizers (Megatron's ChainedOptimizer, e.g. with "
-                                "--decoupled-lr or MoE expert parameters): not supported yet; ", kOutWay);
   o.layout = "non-distributed";
-  if (!chained.empty()) return read_lion_chain(c, common, chained, dir, std::move(o));
+  if (!chained.empty() && lion) return read_lion_chain(c, common, chained, dir, std::move(o));
+  if (!chained.empty()) return read_chain(c, common, chained, args, type, dir, std::move(o));
   if (const PyValue* t = opt->get("param_state_sharding_type")) {
     if (t->kind != PyValue::kString)
       return DataLoss(where, ": optimizer.param_state_sharding_type: expected a string, found ", t->type_name());
@@ -283,11 +390,7 @@ StatusOr<MegatronOptimizerState> read_megatron_dist_optimizer(const DcpCheckpoin
   o.scheduler = scalars_json(*sched);
   if (buckets) GALE_RETURN_IF_ERROR(read_megatron_bucket_state(c, args, dir, &o));
   GALE_RETURN_IF_ERROR(read_model_space_states(c, dir, &o));
-  // args.optimizer, or (args without it) what the state names say: Adam's second moment, SGD's momentum.
-  o.type = type && type->kind == PyValue::kString ? type->s
-           : o.tensors.count("exp_avg_sq")         ? "adam"
-           : o.tensors.count("momentum_buffer")    ? "sgd"
-                                                   : "";
+  o.type = optimizer_type(type, o);
   if (o.type.empty())
     return DataLoss(dir, ": Megatron's args record no 'optimizer' and the optimizer state has neither Adam's "
                          "exp_avg_sq nor SGD's momentum_buffer: ", kOutWay);

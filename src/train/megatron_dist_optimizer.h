@@ -27,14 +27,19 @@
 //    for the 2-D parameters but the word embedding and output layer) whose tensors keep the plain names above
 //    (Lion's exp_avg; AdamW's exp_avg and exp_avg_sq) and whose common.pt 'optimizer' is {0: Lion's, 1: AdamW's}
 //    (the step: AdamW's common_step; Lion keeps none); type "lion".
+//  - Megatron main's ChainedOptimizer of the dense parameters' optimizer and, with MoE, the expert parameters' one
+//    (over the expert-data-parallel group): common.pt's 'optimizer' is {0: dense, 1: experts}, each as above, with one
+//    param_state_sharding_type and steps that agree; in the model-space and non-distributed layouts the tensors keep
+//    the plain names (chained_optim_avoid_prefix), the experts' as the stacked global expert keys.
 // The result holds every state as global tensors of the model key's shape, the master copies under
 // "fp32_param", whatever layout saved them. Refused with an error naming the layout and --no-load-optim:
 // fully_sharded_bucket_space (core_v0.12: no fixture from Megatron's writer yet), the limits of
-// megatron_bucket_optimizer.h, chained optimizers (several optimizer states) other than --optimizer lion's
-// non-distributed one (its distributed-optimizer form: Unimplemented; Megatron main never saves Lion through its
-// DistributedOptimizer: validate_args turns --use-distributed-optimizer with --optimizer lion into the layer-wise
-// distributed optimizer, whose chained layout Gale does not read), a checkpoint without optimizer
-// state (FailedPrecondition) and steps that differ between param groups or chained optimizers.
+// megatron_bucket_optimizer.h, chained optimizers in the bucket-space layouts (chained_<i>.optimizer.distributed.*:
+// Unimplemented) or whose layouts differ (DataLoss), --optimizer lion's distributed-optimizer form (Unimplemented;
+// Megatron main never saves Lion through its DistributedOptimizer: validate_args turns --use-distributed-optimizer
+// with --optimizer lion into the layer-wise distributed optimizer, whose chained layout Gale does not read), a
+// checkpoint without optimizer state (FailedPrecondition) and steps that differ between param groups or chained
+// optimizers.
 #pragma once
 
 #include <cstdint>

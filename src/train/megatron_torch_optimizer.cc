@@ -181,7 +181,7 @@ Status read_non_distributed(const RankFile& r, const PyValue& opt, const std::ve
         continue;
       }
       GALE_ASSIGN_OR_RETURN(Tensor t, state_tensor(*v, q.shape, str_cat(where, ": '", name->s, "' of '", q.key, "'")));
-      (*out)[name->s][{q.key, -1}] = std::move(t);
+      (*out)[name->s][{q.key, -1, -1}] = std::move(t);
     }
   }
   if (masters) {  // one list of fp32 master copies per param group, in the group's order
@@ -200,7 +200,7 @@ Status read_non_distributed(const RankFile& r, const PyValue& opt, const std::ve
         GALE_ASSIGN_OR_RETURN(Tensor t, state_tensor(*list.items[j], q.shape,
                                                      str_cat(where, ": fp32_from_fp16_params[", g, "][", j, "] ('",
                                                              q.key, "')")));
-        (*out)["fp32_param"][{q.key, -1}] = std::move(t);
+        (*out)["fp32_param"][{q.key, -1, -1}] = std::move(t);
       }
     }
   }
@@ -247,11 +247,11 @@ Status check_masters(const RankFile& r, const MegatronRankState& state) {
   auto masters = state.find("fp32_param");
   if (masters == state.end()) return Status::Ok();
   for (const auto& [at, m] : masters->second) {
-    const Tensor& w = r.model.at(at.first);
+    const Tensor& w = r.model.at(std::get<0>(at));
     if (w.dtype() == DType::kF32) continue;
     Tensor rounded = Tensor::empty(w.shape(), w.dtype());
     GALE_RETURN_IF_ERROR(convert_elements(st_dtype_of(DType::kF32), m.raw(), w.dtype(), rounded.raw(), m.numel(),
-                                          at.first));
+                                          std::get<0>(at)));
     const int64_t esize = dtype_size(w.dtype());
     int64_t differ = 0, first = -1;
     for (int64_t i = 0; i < w.numel(); ++i)
@@ -261,7 +261,7 @@ Status check_masters(const RankFile& r, const MegatronRankState& state) {
         ++differ;
       }
     if (differ > 0)
-      return DataLoss(r.path, ": the fp32 master copies Gale places at '", at.first, "' are not its saved weights (",
+      return DataLoss(r.path, ": the fp32 master copies Gale places at '", std::get<0>(at), "' are not its saved weights (",
                       differ, " of ", w.numel(), " elements differ, the first at flat index ", first,
                       "): the parameter order Gale rebuilt is not the saving run's; ", kOutWay);
   }
@@ -344,12 +344,12 @@ StatusOr<MegatronOptimizerState> read_megatron_torch_optimizer(
         for (int64_t t = 0; t < tp; ++t) {
           auto s = stage[t].find(state);
           if (s == stage[t].end() || !s->second.count(at))
-            return DataLoss(files.at({t, p}), ": holds no '", state, "' state of '", at.first,
+            return DataLoss(files.at({t, p}), ": holds no '", state, "' state of '", std::get<0>(at),
                             "' (tensor-parallel rank 0 of its stage does); ", kOutWay);
           parts.push_back(s->second.at(at));
         }
-        const std::string name = gale_name(at.first, offset);
-        GALE_ASSIGN_OR_RETURN(Tensor whole, megatron_merge_tp(parts, megatron_split_of(name, swiglu), at.first,
+        const std::string name = gale_name(std::get<0>(at), offset);
+        GALE_ASSIGN_OR_RETURN(Tensor whole, megatron_merge_tp(parts, megatron_split_of(name, swiglu), std::get<0>(at),
                                                               files.at({0, p})));
         if (tied && pp > 1 && name == kOutput) {  // the last stage's copy of the tied embedding: the same state
           const Tensor& e = global[state][kEmbedding];

@@ -21,6 +21,7 @@
 #include "ckpt/temp_dir.h"
 #include "data/indexed_dataset.h"
 #include "cli/log_line.h"
+#include "cli/megatron_adamw_step.h"
 #include "cli/mpi_cli.h"
 #include "subprocess.h"
 #include "train/hf_files.h"
@@ -31,6 +32,8 @@ namespace {
 
 using testing_util::TempDir;
 using testing::logged_values;
+using megatron_adamw::expect_adamw_elements;
+using megatron_adamw::expect_adamw_step;
 
 std::string megatron(const std::string& name) { return std::string(GALE_TEST_DATA_DIR) + "/megatron/" + name; }
 std::string hf(const std::string& name) { return std::string(GALE_TEST_DATA_DIR) + "/hf/" + name; }
@@ -456,45 +459,6 @@ std::vector<std::string> adam_model(const TempDir& tmp) {
   return a;
 }
 
-// AdamW's step 8 on every element of one tensor: with the gradient g the saved first moment m8 implies,
-// the second moment v8 and the weights p8 (constants as below; Megatron's rule: no decay on 1-D tensors).
-// Adds the elements checked to `checked`.
-void expect_adamw_elements(const Tensor& p7t, const float* m7, const float* v7, const float* m8, const float* v8,
-                           const float* p8, const std::string& where, int64_t& checked) {
-  constexpr double b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1, lr = 7.5e-4;
-  const double bc1 = 1 - std::pow(b1, 8), bc2 = 1 - std::pow(b2, 8);
-  const float* p7 = p7t.data<float>();
-  const double decay = p7t.ndim() > 1 ? wd : 0.0;
-  for (int64_t i = 0; i < p7t.numel(); ++i, ++checked) {
-    const double g = (m8[i] - b1 * m7[i]) / (1 - b1);
-    ASSERT_NEAR(v8[i], b2 * v7[i] + (1 - b2) * g * g, 1e-5 * (std::abs(v8[i]) + b2 * v7[i]) + 1e-12)
-        << where << " [" << i << "]";
-    const double update = m8[i] / bc1 / (std::sqrt(v8[i] / bc2) + eps);
-    ASSERT_NEAR(p8[i], p7[i] - lr * (update + decay * p7[i]), 3e-7 * std::abs(p7[i]) + 1e-5 * lr * std::abs(update) + 1e-9)
-        << where << " [" << i << "]";
-  }
-}
-
-void expect_adamw_step(const MegatronCheckpoint& from, const std::string& saved, const std::string& what,
-                       int64_t at_least = 6000) {
-  auto r = CheckpointReader::open(saved);
-  ASSERT_TRUE(r.ok()) << r.status().message();
-  ASSERT_TRUE(from.optimizer.has_value());
-  int64_t checked = 0;
-  for (const auto& [name, m7t] : from.optimizer->tensors.at("exp_avg")) {
-    const Tensor& v7t = from.optimizer->tensors.at("exp_avg_sq").at(name);
-    const Tensor& p7t = from.tensors.at(name);
-    auto p8t = r->read(name, p7t.shape());
-    auto m8t = r->read("optimizer.exp_avg." + name, p7t.shape());
-    auto v8t = r->read("optimizer.exp_avg_sq." + name, p7t.shape());
-    ASSERT_TRUE(p8t.ok() && m8t.ok() && v8t.ok()) << name;
-    const float *m7 = m7t.data<float>(), *v7 = v7t.data<float>();
-    const float *m8 = m8t->data<float>(), *v8 = v8t->data<float>(), *p8 = p8t->data<float>();
-    expect_adamw_elements(p7t, m7, v7, m8, v8, p8, what + " " + name, checked);
-  }
-  EXPECT_GT(checked, at_least) << what;
-}
-
 TEST(ConvertMegatron, PretrainResumesMegatronsAdamState) {
   TempDir tmp;
   write_small_dataset(tmp.file("data_text_document"));
@@ -653,6 +617,52 @@ TEST(ConvertMegatron, PretrainResumesMegatronsLegacyAdamState) {
   EXPECT_EQ(tied_loss[2], tied_loss[0]);
   EXPECT_NEAR(tied_loss[1], tied_loss[0], 1e-5 * tied_loss[0]);
   EXPECT_NEAR(tied_loss[3], tied_loss[0], 1e-5 * tied_loss[0]);
+}
+
+// Virtual pipeline chunks (tests/data/megatron/torch_dist_adam_{buckets,dp_zero}_vpp: a 4-layer model's dp_reshardable and
+// dp_zero_gather_scatter state at PP 2 with two chunks per rank, a buffer per chunk;
+// tools/reference/megatron_vpp_buckets_optim_reference.py): gale pretrain continues each at iteration 8 in one process
+// and at PP 2 with virtual stages, with AdamW's update from the loaded state on every element, and the same first loss.
+TEST(ConvertMegatron, PretrainResumesMegatronsVirtualPipelineAdamState) {
+  TempDir tmp;
+  write_small_dataset(tmp.file("data_text_document"));
+  std::vector<std::string> model = adam_model(tmp);
+  *(std::find(model.begin(), model.end(), "--num-layers") + 1) = "4";
+  std::vector<double> first_loss;
+  int k = 0;
+  for (const char* layout_name : {"dp_reshardable", "dp_zero_gather_scatter"}) {
+    const std::string dir = megatron(std::string(layout_name) == "dp_reshardable" ? "torch_dist_adam_buckets_vpp"
+                                                                                   : "torch_dist_adam_dp_zero_vpp");
+    auto from = read_megatron_checkpoint(dir, kUnset, /*with_optimizer=*/true);
+    ASSERT_TRUE(from.ok()) << from.status().message();
+    for (const std::vector<std::string>& layout :
+         {std::vector<std::string>{}, std::vector<std::string>{"--pipeline-model-parallel-size", "2",
+                                                               "--num-layers-per-virtual-pipeline-stage", "1"}}) {
+      SCOPED_TRACE(layout.empty() ? "one process" : "PP 2 with virtual stages");
+      const std::string save = tmp.file(str_cat("out", k++));
+      std::vector<std::string> program = {GALE_BINARY};
+      program.insert(program.end(), model.begin(), model.end());
+      std::vector<std::string> extra = layout;
+      extra.insert(extra.end(), {"--bf16", "--load", dir, "--save", save});
+      test::RunResult r =
+          test::run_with_timeout(testing::launch_argv(layout.empty() ? 1 : 2, program, extra), testing::kMpiEnv, 300);
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      EXPECT_NE(r.output.find(str_cat("adam optimizer state (", layout_name, ": exp_avg, exp_avg_sq; step 7)")),
+                std::string::npos)
+          << r.output;
+      EXPECT_NE(r.output.find("successfully loaded checkpoint from " + dir + " at iteration 7"), std::string::npos)
+          << r.output;
+      const std::vector<double> lr = logged_values(r.output, "learning rate");
+      ASSERT_EQ(lr.size(), 1u) << r.output;
+      EXPECT_NEAR(lr[0], 7e-4, 1e-12);
+      const std::vector<double> loss = logged_values(r.output, "lm loss");
+      ASSERT_EQ(loss.size(), 1u) << r.output;
+      first_loss.push_back(loss[0]);
+      expect_adamw_step(*from, save, dir, 10000);
+  }
+  }
+  EXPECT_EQ(first_loss[2], first_loss[0]);  // the same state in both layouts
+  for (double l : first_loss) EXPECT_NEAR(l, first_loss[0], 1e-5 * first_loss[0]);
 }
 
 // Tied embeddings at PP > 1 (tests/data/megatron/torch_dist_adam_{buckets,dp_zero}_tp2pp2_tied: the same state with the

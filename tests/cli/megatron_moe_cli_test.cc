@@ -19,6 +19,7 @@
 #include "ckpt/safetensors.h"
 #include "ckpt/temp_dir.h"
 #include "cli/log_line.h"
+#include "cli/megatron_adamw_step.h"
 #include "cli/mpi_cli.h"
 #include "data/data_test_util.h"
 #include "subprocess.h"
@@ -183,6 +184,61 @@ TEST(MegatronMoeCli, ConvertWritesMoeModelsAtTpPpEp) {
                           "it to Megatron's format is not supported"),
             std::string::npos)
       << r.output;
+}
+
+// tests/data/megatron/moe/torch_dist_adam_chained{,_buckets} (tools/reference/megatron_moe_chained_optim_reference.py):
+// the MoE model after 7 AdamW steps as Megatron main's ChainedOptimizer [dense, experts] of distributed optimizers
+// saves it (bf16 weights with fp32 masters) in the fully_reshardable layout and in the dp_reshardable and
+// dp_zero_gather_scatter ones at EP 2.
+// gale pretrain continues each at iteration 8 in one process and at EP 2 (each rank's two experts from the global
+// experts), with AdamW's update from the loaded state on every element of every parameter (the experts' included), and
+// the same first loss everywhere.
+TEST(MegatronMoeCli, PretrainResumesMegatronsChainedExpertAdamState) {
+  TempDir tmp;
+  write_small_dataset(tmp.file("data_text_document"));
+  std::vector<std::string> flags = moe_model(tmp);
+  std::vector<std::string> t = training(tmp);
+  t.erase(std::find(t.begin(), t.end(), "--no-load-optim"));
+  *(std::find(t.begin(), t.end(), "--lr") + 1) = "1e-3";
+  flags.insert(flags.end(), t.begin(), t.end());
+  flags.insert(flags.end(), {"--optimizer", "adam", "--adam-beta1", "0.9", "--adam-beta2", "0.95", "--adam-eps",
+                             "1e-8", "--weight-decay", "0.1", "--min-lr", "1e-4", "--lr-decay-style", "linear",
+                             "--lr-warmup-iters", "2", "--lr-decay-iters", "20", "--bf16", "--save-interval", "8"});
+  std::vector<double> first_loss;
+  int k = 0;
+  const std::pair<const char*, const char*> fixtures[] = {{"fully_reshardable", "torch_dist_adam_chained"},
+                                                          {"dp_reshardable", "torch_dist_adam_chained_buckets"},
+                                                          {"dp_zero_gather_scatter", "torch_dist_adam_chained_dp_zero"}};
+  for (const auto& [layout_name, name] : fixtures) {
+    const std::string dir = fixture(name);
+    auto from = read_megatron_checkpoint(dir, kUnset, /*with_optimizer=*/true);
+    ASSERT_TRUE(from.ok()) << from.status().message();
+    for (const std::vector<std::string>& layout :
+         {std::vector<std::string>{}, std::vector<std::string>{"--expert-model-parallel-size", "2"}}) {
+      SCOPED_TRACE(str_cat(layout_name, layout.empty() ? " one process" : " EP 2"));
+      const std::string save = tmp.file(str_cat("out", k++));
+      std::vector<std::string> extra = layout;
+      extra.insert(extra.end(), {"--load", dir, "--save", save});
+      test::RunResult r = pretrain(layout.empty() ? 1 : 2, flags, extra);
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      EXPECT_NE(r.output.find(str_cat("adam optimizer state (", layout_name, ": exp_avg, exp_avg_sq; step 7)")),
+                std::string::npos)
+          << r.output;
+      EXPECT_NE(r.output.find("successfully loaded checkpoint from " + dir + " at iteration 7"), std::string::npos)
+          << r.output;
+      const std::vector<double> lr = testing::logged_values(r.output, "learning rate");
+      ASSERT_EQ(lr.size(), 1u) << r.output;
+      EXPECT_NEAR(lr[0], 7e-4, 1e-12);
+      const std::vector<double> loss = testing::logged_values(r.output, "lm loss");
+      ASSERT_EQ(loss.size(), 1u) << r.output;
+      first_loss.push_back(loss[0]);
+      megatron_adamw::expect_adamw_step(*from, save, dir, 5000);
+    }
+  }
+  // The same state in both layouts: the same first loss, to the bit in one process.
+  EXPECT_EQ(first_loss[2], first_loss[0]);
+  EXPECT_EQ(first_loss[4], first_loss[0]);
+  for (double l : first_loss) EXPECT_NEAR(l, first_loss[0], 1e-5 * first_loss[0]);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 // (megatron_dist_optimizer_test.cc checks every tensor and the step).
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -159,9 +160,13 @@ TEST(MegatronBucketLayoutErrors, ArgsThatDoNotFitTheBucketsAreNamed) {
                    "of the buffer layout Gale rebuilt from the saved args (bucket size 1000, transformer_impl 'local')");
   }
   {
-    Saved s;
+    Saved s;  // MoE args over a checkpoint without the chained optimizers' buffers
     s.args->state->set("num_experts", PyValue::integer(4));
-    expect_error(s.read(), StatusCode::kUnimplemented, "with args.num_experts 4: not supported yet");
+    expect_message(s.read(), StatusCode::kDataLoss,
+                   "D: Megatron's distributed optimizer state in the 'dp_reshardable' layout: Megatron's args record "
+                   "args.num_experts 4, whose chained dense and expert optimizers save their buffers under chained_0."
+                   "optimizer.distributed.* and chained_1.optimizer.distributed.*: found no chained_0. and no "
+                   "chained_1. entries");
   }
 }
 
@@ -406,11 +411,12 @@ TEST(MegatronBucketLayoutErrors, Tp2Pp2RunsGaleCannotRead) {
                    "layer saved as its replica)");
   }
   {
-    Saved s(kTp2Pp2);  // virtual pipeline chunks: a buffer per chunk
+    Saved s(kTp2Pp2);  // virtual pipeline chunks of a model whose layers do not split into them
     s.args->state->set("virtual_pipeline_model_parallel_size", PyValue::integer(2));
     expect_message(s.read(), StatusCode::kUnimplemented,
-                   what + " saved at PP 2 with args.virtual_pipeline_model_parallel_size 2: not supported yet (Gale "
-                   "rebuilds the buffers of one model chunk per stage)");
+                   what + " saved at PP 2 with 2 virtual pipeline chunks and args.num_layers 2 not divisible by PP x "
+                   "chunks: not supported yet (Gale rebuilds the buffers of even virtual pipeline chunks of a dense "
+                   "model with untied embeddings)");
   }
   {
     Saved s(kTp2Pp2);  // the even split spelt out: read as saved
@@ -500,6 +506,185 @@ TEST(MegatronBucketLayoutErrors, GatheredBuffersInAnotherOrder) {
   args->state->set("ddp_bucket_size", PyValue::integer(1100));
   expect_error(read_megatron_dist_optimizer(*c, **common, args.get(), "D"), StatusCode::kDataLoss,
                "the gathered 'param' holds 6528 elements: expected the ");
+}
+
+// tests/data/megatron/moe/torch_dist_adam_chained_buckets (tools/reference/megatron_moe_chained_optim_reference.py):
+// the state of moe/torch_dist_adam_chained as Megatron main's chained [dense, experts] distributed optimizers save it in
+// the dp_reshardable layout at EP 2 (DP 2, --ddp-bucket-size 300): the dense buffer under chained_0.…dp_group_idx_0
+// (router and shared experts included, eight buckets), each EP rank's buffer of its two local experts under
+// chained_1.…dp_group_idx_<EP rank> (four buckets). Read, it must be the fully_reshardable fixture's state bit for bit:
+// every expert's at its global expert.
+const std::string kMoeBuckets = "moe/torch_dist_adam_chained_buckets/iter_0000007";
+
+TEST(MegatronBucketLayout, MoeChainedBuffersReadAsTheModelSpaceLayout) {
+  Saved buckets(kMoeBuckets), whole("moe/torch_dist_adam_chained/iter_0000007");
+  auto b = whole.read();
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  // dp_reshardable, and (torch_dist_adam_chained_dp_zero) the same buffers gathered as dp_zero_gather_scatter saves them.
+  for (const char* layout : {"dp_reshardable", "dp_zero_gather_scatter"}) {
+    SCOPED_TRACE(layout);
+    Saved saved(std::string(layout) == "dp_reshardable" ? kMoeBuckets : "moe/torch_dist_adam_chained_dp_zero/iter_0000007");
+    auto a = saved.read();
+    ASSERT_TRUE(a.ok()) << a.status().message();
+    EXPECT_EQ(a->layout, layout);
+    EXPECT_EQ(a->step, 7);
+    EXPECT_EQ(a->type, "adam");
+    ASSERT_EQ(a->tensors.size(), 3u);
+    int64_t compared = 0;
+    for (const auto& [state, by_key] : b->tensors) {
+      ASSERT_TRUE(a->tensors.count(state)) << state;
+      ASSERT_EQ(a->tensors.at(state).size(), by_key.size()) << state;
+      for (const auto& [key, t] : by_key) {
+        const Tensor& x = a->tensors.at(state).at(key);
+        ASSERT_EQ(x.shape(), t.shape()) << key;
+        EXPECT_EQ(std::memcmp(x.raw(), t.raw(), static_cast<size_t>(t.numel()) * sizeof(float)), 0) << state << " " << key;
+        compared += t.numel();
+      }
+  }
+  EXPECT_GT(compared, 3 * 6000);
+  }
+  // EP rank 1's buffer holds global experts 2 and 3: its first parameter in buffer order (the model order reversed)
+  // is layer 1's expert 3 fc2.
+  MegatronModelRank rank;
+  rank.experts = true;
+  rank.ep_size = 2;
+  rank.ep_rank = 1;
+  auto order = megatron_parameter_order(*buckets.c, "local", 2, "D", rank);
+  ASSERT_TRUE(order.ok()) << order.status().message();
+  ASSERT_EQ(order->size(), 8u);
+  EXPECT_EQ(order->back().key, "decoder.layers.mlp.experts.experts.linear_fc2.weight");
+  EXPECT_EQ(order->back().layer, 1);
+  EXPECT_EQ(order->back().expert, 3);
+  EXPECT_EQ(order->front().expert, 2);
+  EXPECT_EQ(megatron_bucket_layout(*order, 300).bucket_numel_unpadded, (std::vector<int64_t>{384, 384, 384, 384}));
+}
+
+TEST(MegatronBucketLayoutErrors, MoeChainedBuffersThatDoNotFitTheArgs) {
+  const std::string what = "D: Megatron's distributed optimizer state in the 'dp_reshardable' layout";
+  {
+    Saved s(kMoeBuckets);  // EP 1: the second EP rank's buffer belongs to no rank
+    s.args->state->set("expert_model_parallel_size", PyValue::integer(1));
+    expect_message(s.read(), StatusCode::kDataLoss,
+                   what + ": optimizer tensor 'chained_1.optimizer.distributed.dp_group_idx_1.gbuf_idx_0.dtype_(torch."
+                   "bfloat16, torch.float32).bucket_idx_0.exp_avg': expected dp_group_idx_0 to 0 (one per expert "
+                   "model-parallel rank of the saved args' EP 1 x PP 1)");
+  }
+  {
+    Saved s(kMoeBuckets);  // EP rank 0's buffer read as EP 4's: one expert per layer, other buckets
+    s.args->state->set("expert_model_parallel_size", PyValue::integer(4));
+    expect_message(s.read(), StatusCode::kDataLoss,
+                   what + ", expert optimizer (chained_1), expert-parallel rank 0 of 4, pipeline rank 0 of 1: the saved "
+                   "bucket sizes [384, 384, 384, 384] (chained_1.optimizer.distributed.dp_group_idx_0.per_bucket_numel_"
+                   "unpadded/shard_0_1) differ from the [384, 384] of the buffer layout Gale rebuilt from the saved "
+                   "args (bucket size 300, transformer_impl 'local')");
+  }
+  {
+    Saved s(kMoeBuckets);  // another bucket size: the dense buffer's buckets differ
+    s.args->state->set("ddp_bucket_size", PyValue::integer(2000));
+    expect_error(s.read(), StatusCode::kDataLoss,
+                 what + ", dense optimizer (chained_0): the saved bucket sizes [1024, 512, 960, 336, 384, 960, 336, "
+                 "1024] (chained_0.optimizer.distributed.dp_group_idx_0.per_bucket_numel_unpadded/shard_0_1) differ");
+  }
+  {
+    Saved s(kMoeBuckets);
+    s.args->state->set("expert_tensor_parallel_size", PyValue::integer(2));
+    expect_message(s.read(), StatusCode::kUnimplemented,
+                   what + " with args.expert_tensor_parallel_size 2: not supported yet (Gale rebuilds the expert "
+                   "buffers of whole experts, expert TP 1)");
+  }
+  {
+    Saved s(kMoeBuckets);  // Transformer Engine's MoE layer order is not known
+    s.args->state->set("transformer_impl", PyValue::str("transformer_engine"));
+    expect_error(s.read(), StatusCode::kUnimplemented, "its place in Megatron's parameter order with transformer_impl "
+                                                       "'transformer_engine'");
+  }
+}
+
+// tests/data/megatron/torch_dist_adam_buckets_vpp (tools/reference/megatron_vpp_buckets_optim_reference.py): a 4-layer
+// model's dp_reshardable state at PP 2 with two virtual pipeline chunks per rank (a buffer per chunk, gbuf_idx_<chunk>;
+// only the first chunk bucketed at 1000 elements): layers 0 and 1 hold torch_dist_adam's AdamW state, layers 2 and 3
+// the same with the masters and first moment negated. Read, every state must be that, at its global layer.
+const std::string kVpp = "torch_dist_adam_buckets_vpp/iter_0000007";
+
+TEST(MegatronBucketLayout, VirtualPipelineChunksReadAtTheirGlobalLayers) {
+  Saved vpp(kVpp), plain("torch_dist_adam/iter_0000007");
+  auto b = plain.read();
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  // dp_reshardable, and (torch_dist_adam_dp_zero_vpp) dp_zero_gather_scatter's gathered buffers, one per chunk.
+  for (const char* layout : {"dp_reshardable", "dp_zero_gather_scatter"}) {
+    SCOPED_TRACE(layout);
+    Saved saved(std::string(layout) == "dp_reshardable" ? kVpp : "torch_dist_adam_dp_zero_vpp/iter_0000007");
+    auto a = saved.read();
+    ASSERT_TRUE(a.ok()) << a.status().message();
+    EXPECT_EQ(a->step, 7);
+    EXPECT_EQ(a->layout, layout);
+    ASSERT_EQ(a->tensors.size(), 3u);
+    int64_t compared = 0;
+    for (const auto& [state, by_key] : a->tensors)
+      for (const auto& [key, t] : by_key) {
+        Tensor want;
+        if (state == "fp32_param") {
+          auto w = plain.c->read_tensor(key);  // the f32 run's weights are its masters
+          ASSERT_TRUE(w.ok()) << key;
+          want = *w;
+        } else {
+          want = b->tensors.at(state).at(key);
+        }
+        const bool stacked = key.rfind("decoder.layers.", 0) == 0;
+        ASSERT_EQ(t.numel(), want.numel() * (stacked ? 2 : 1)) << key;
+        const float sign = state == "exp_avg_sq" ? 1.0f : -1.0f;
+        for (int64_t i = 0; i < t.numel(); ++i) {
+          const int64_t j = i % want.numel();
+          ASSERT_EQ(t.data<float>()[i], (i < want.numel() ? 1.0f : sign) * want.data<float>()[j])
+              << state << " " << key << " [" << i << "]";
+        }
+        compared += t.numel();
+      }
+    EXPECT_GT(compared, 3 * 10000);
+  }
+  // Pipeline rank 1's chunks: layer 1 (bucketed), then layer 3 with the final norm and output layer (one bucket).
+  MegatronModelRank rank;
+  rank.first_layer = 3;
+  rank.num_layers = 1;
+  rank.first_stage = false;
+  auto order = megatron_parameter_order(*vpp.c, "local", 4, "D", rank);
+  ASSERT_TRUE(order.ok()) << order.status().message();
+  EXPECT_EQ(megatron_bucket_layout(*order, 0).bucket_numel_unpadded, (std::vector<int64_t>{3280}));
+}
+
+TEST(MegatronBucketLayoutErrors, VirtualPipelineChunksThatDoNotFitTheArgs) {
+  const std::string what = "D: Megatron's distributed optimizer state in the 'dp_reshardable' layout";
+  {
+    Saved s(kVpp);  // the chunks after the first bucketed too: not Megatron's rule
+    s.args->state->set("virtual_pipeline_model_parallel_size", PyValue::integer(1));
+    s.args->state->set("num_layers_per_virtual_pipeline_stage", PyValue::none());
+    expect_error(s.read(), StatusCode::kDataLoss, "expected a list with 1 {(param dtype, grad dtype): [bucket sizes]} "
+                                                  "(one buffer per model chunk), found list");
+  }
+  {
+    Saved s(kVpp);  // four chunks of one layer: 4 layers do not split into PP 2 x 4
+    s.args->state->set("virtual_pipeline_model_parallel_size", PyValue::integer(4));
+    expect_message(s.read(), StatusCode::kUnimplemented,
+                   what + " saved at PP 2 with 4 virtual pipeline chunks and args.num_layers 4 not divisible by PP x "
+                   "chunks: not supported yet (Gale rebuilds the buffers of even virtual pipeline chunks of a dense "
+                   "model with untied embeddings)");
+  }
+  {
+    Saved s(kVpp);
+    s.args->state->set("untie_embeddings_and_output_weights", PyValue::boolean(false));
+    expect_message(s.read(), StatusCode::kUnimplemented,
+                   what + " saved at PP 2 with 2 virtual pipeline chunks and tied embeddings: not supported yet (Gale "
+                   "rebuilds the buffers of even virtual pipeline chunks of a dense model with untied embeddings)");
+  }
+  {
+    Saved s(kVpp);  // another bucket size: chunk 0's buckets differ
+    s.args->state->set("ddp_bucket_size", PyValue::integer(2000));
+    expect_message(s.read(), StatusCode::kDataLoss,
+                   what + ", tensor-parallel rank 0 of 1, pipeline rank 0 of 2, model chunk 0: the saved bucket sizes "
+                   "[1152, 2048] (optimizer.distributed.dp_group_idx_0.per_bucket_numel_unpadded/shard_0_1, buffer 0) "
+                   "differ from the [2048, 1152] of the buffer layout Gale rebuilt from the saved args (bucket size 2000, "
+                   "transformer_impl 'local')");
+  }
 }
 
 // A checkpoint cut short: the file that holds a bucket is named.

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <set>
@@ -224,12 +225,131 @@ TEST(MegatronDistOptimizer, LionChainGivesTheReferencesState) {
             "distributed optimizer, whose state Gale does not read yet; Gale reads Lion's state of the "
             "non-distributed optimizer); pass --no-load-optim (or --finetune) to load the model weights and "
             "iteration only");
-  // Without args.optimizer 'lion' several optimizers stay refused.
+  // Without args.optimizer 'lion' the chain reads as Megatron's dense + expert chain, whose steps must agree: Lion
+  // records none.
+  sub->entries.pop_back();
   o = read_megatron_dist_optimizer(*c, **common, nullptr, "D");
   ASSERT_FALSE(o.ok());
-  EXPECT_NE(o.status().message().find("the state of several optimizers (Megatron's ChainedOptimizer"),
+  EXPECT_NE(o.status().message().find("D/common.pt: the chained optimizers record different steps (0 and 7)"),
             std::string::npos)
       << o.status().message();
+}
+
+// tests/data/megatron/moe/torch_dist_adam_chained (tools/reference/megatron_moe_chained_optim_reference.py): the MoE
+// model after 7 AdamW steps, saved as Megatron main's ChainedOptimizer [dense, experts] of two distributed optimizers
+// saves it in the fully_reshardable layout: common.pt's optimizer {0: ..., 1: ...}, the tensors under plain names.
+// Every state of every parameter (the stacked global experts' included) must be torch's, from the right optimizer.
+TEST(MegatronDistOptimizer, ChainedDenseAndExpertOptimizersGiveTorchsAdamState) {
+  std::ifstream in(fixture("moe/torch_dist_adam_chained.json"));
+  const nlohmann::json ref = nlohmann::json::parse(in);
+  const std::string dir = fixture("moe/torch_dist_adam_chained/iter_0000007");
+  auto c = DcpCheckpoint::open(dir);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  auto common = read_torch_file(dir + "/common.pt");
+  ASSERT_TRUE(common.ok()) << common.status().message();
+  auto o = read_megatron_dist_optimizer(*c, **common, (*common)->get("args"), dir);
+  ASSERT_TRUE(o.ok()) << o.status().message();
+  EXPECT_EQ(o->type, "adam");
+  EXPECT_EQ(o->layout, "fully_reshardable");
+  EXPECT_EQ(o->step, 7);
+  EXPECT_EQ(o->scheduler.value("num_steps", 0), 14);
+  std::set<std::string> want, expert;
+  for (const char* part : {"dense", "expert"})
+    for (const auto& k : ref[part]) want.insert(k.get<std::string>());
+  for (const auto& k : ref["expert"]) expert.insert(k.get<std::string>());
+  EXPECT_EQ(expert.size(), 2u);  // the experts' fc1 and fc2: the second optimizer's parameters
+  ASSERT_EQ(o->tensors.size(), 3u);
+  int64_t checked = 0;
+  for (const auto& [state, by_key] : o->tensors) {
+    std::set<std::string> keys;
+    for (const auto& [key, t] : by_key) {
+      keys.insert(key);
+      expect_values(t, ref["tensors"][str_cat("optimizer.state.", state == "fp32_param" ? "param" : state, ".", key)],
+                    state + " " + key);
+      ++checked;
+    }
+    EXPECT_EQ(keys, want) << state;
+  }
+  EXPECT_EQ(checked, 3 * static_cast<int64_t>(want.size()));
+  // Through the checkpoint reader: per-expert Gale names, the masters as the weights.
+  auto m = read_megatron_checkpoint(fixture("moe/torch_dist_adam_chained"), kUnset, /*with_optimizer=*/true);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  ASSERT_TRUE(m->optimizer.has_value());
+  EXPECT_TRUE(m->optimizer->fp32_masters);
+  const auto& exp_avg = m->optimizer->tensors.at("exp_avg");
+  ASSERT_TRUE(exp_avg.count("decoder.layers.1.mlp.experts.local_experts.3.linear_fc2.weight"));
+  // Global expert 3 of layer 1: the stacked tensor's [1][3] block.
+  const nlohmann::json& fc2 = ref["tensors"]["optimizer.state.exp_avg.decoder.layers.mlp.experts.experts.linear_fc2.weight"];
+  const Tensor& e13 = exp_avg.at("decoder.layers.1.mlp.experts.local_experts.3.linear_fc2.weight");
+  auto whole = c->read_tensor("optimizer.state.exp_avg.decoder.layers.mlp.experts.experts.linear_fc2.weight");
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(nlohmann::json(whole->shape()), fc2["shape"]);
+  ASSERT_EQ(e13.numel() * 8, whole->numel());
+  EXPECT_EQ(std::memcmp(e13.data<float>(), whole->data<float>() + 7 * e13.numel(), e13.numel() * sizeof(float)), 0);
+}
+
+// The chained optimizers' layouts Gale does not read, and chains that disagree.
+TEST(MegatronDistOptimizerErrors, ChainedOptimizersGaleCannotRead) {
+  const std::string dir = fixture("moe/torch_dist_adam_chained/iter_0000007");
+  auto c = DcpCheckpoint::open(dir);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  auto fresh = [&]() {
+    auto common = read_torch_file(dir + "/common.pt");
+    EXPECT_TRUE(common.ok());
+    return *common;
+  };
+  auto sub = [](const PyRef& common, size_t i) {
+    return const_cast<PyValue*>(common->get("optimizer")->entries[i].second.get());
+  };
+  const std::string out_way = "; pass --no-load-optim (or --finetune) to load the model weights and iteration only";
+  {
+    PyRef common = fresh();  // the bucket-space layouts name each optimizer's objects and buffers chained_<i>.
+    for (size_t i : {0, 1}) sub(common, i)->set("param_state_sharding_type", PyValue::str("dp_reshardable"));
+    auto o = read_megatron_dist_optimizer(*c, *common, common->get("args"), "D");
+    ASSERT_FALSE(o.ok());
+    EXPECT_EQ(o.status().code(), StatusCode::kDataLoss);
+    EXPECT_EQ(o.status().message(),
+              "D: Megatron's 'dp_reshardable' optimizer layout of a chained optimizer: expected the object "
+              "'chained_0.optimizer.distributed.dp_group_idx_0.optimizer/shard_0_1' (the param groups and step), found "
+              "none" + out_way);
+    // Without args.num_experts (a chain other than Megatron's MoE one): refused.
+    o = read_megatron_dist_optimizer(*c, *common, nullptr, "D");
+    ASSERT_FALSE(o.ok());
+    EXPECT_EQ(o.status().code(), StatusCode::kUnimplemented);
+    EXPECT_EQ(o.status().message(),
+              "D: the state of 2 chained optimizers in the distributed optimizer's 'dp_reshardable' layout (each "
+              "optimizer's buffers under chained_<i>.optimizer.distributed.*) without args.num_experts: not supported "
+              "yet (Gale reads the bucket-space layouts of Megatron's MoE chain [dense, experts] only)" + out_way);
+  }
+  {
+    PyRef common = fresh();
+    sub(common, 1)->set("param_state_sharding_type", PyValue::str("fully_sharded_model_space"));
+    auto o = read_megatron_dist_optimizer(*c, *common, common->get("args"), "D");
+    ASSERT_FALSE(o.ok());
+    EXPECT_EQ(o.status().code(), StatusCode::kDataLoss);
+    EXPECT_EQ(o.status().message(),
+              "D/common.pt: the chained optimizers saved their state in different layouts ('fully_reshardable' and "
+              "'fully_sharded_model_space'): expected one (Megatron passes one sharding type to all)" + out_way);
+  }
+  {
+    PyRef common = fresh();  // the expert optimizer one step behind
+    PyValue* groups = const_cast<PyValue*>(sub(common, 1)->get("optimizer")->get("param_groups"));
+    groups->items[0]->set("step", PyValue::integer(6));
+    auto o = read_megatron_dist_optimizer(*c, *common, common->get("args"), "D");
+    ASSERT_FALSE(o.ok());
+    EXPECT_EQ(o.status().code(), StatusCode::kUnimplemented);
+    EXPECT_EQ(o.status().message(), "D/common.pt: the chained optimizers record different steps (6 and 7): not "
+                                    "supported (Megatron synchronises them)" + out_way);
+  }
+  {
+    PyRef common = fresh();
+    common->get("optimizer");
+    const_cast<PyValue*>(common->get("optimizer"))->entries[1].second = PyValue::list();
+    auto o = read_megatron_dist_optimizer(*c, *common, common->get("args"), "D");
+    ASSERT_FALSE(o.ok());
+    EXPECT_EQ(o.status().code(), StatusCode::kDataLoss);
+    EXPECT_EQ(o.status().message(), "D/common.pt (optimizer[1]): expected a chained optimizer's state dict, found list");
+  }
 }
 
 TEST(MegatronDistOptimizerErrors, WhatIsNotReadIsNamedWithTheWayOut) {
@@ -269,12 +389,15 @@ TEST(MegatronDistOptimizerErrors, WhatIsNotReadIsNamedWithTheWayOut) {
         << o.status().message();
     EXPECT_NE(o.status().message().find("pass --no-load-optim (or --finetune)"), std::string::npos);
   }
-  PyRef chained = PyValue::dict();
-  chained->entries.emplace_back(PyValue::integer(0), PyValue::dict());
+  PyRef chained = PyValue::dict(), sub = PyValue::dict();  // a chained optimizer in a layout Gale does not read
+  sub->set("param_state_sharding_type", PyValue::str("fully_sharded_bucket_space"));
+  chained->entries.emplace_back(PyValue::integer(0), sub);
   common->set("optimizer", chained);
   o = read_megatron_dist_optimizer(*c, *common, nullptr, "D");
   ASSERT_FALSE(o.ok());
-  EXPECT_NE(o.status().message().find("D/common.pt: the state of several optimizers (Megatron's ChainedOptimizer"),
+  EXPECT_EQ(o.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(o.status().message().find("D: Megatron's distributed optimizer state in the 'fully_sharded_bucket_space' "
+                                      "layout: not supported yet"),
             std::string::npos)
       << o.status().message();
   // Steps that differ between param groups.
