@@ -128,7 +128,8 @@ Status validate_grpo_args(const GrpoArgs& g, const Arguments& a, const ArgParser
     return InvalidArgument("--rl-use-sequence-packing: micro_batch_size must be 1 when using sequence packing. To "
                            "increase compute per micro batch increase the sequence length. (found --micro-batch-size ",
                            a.training.micro_batch_size, ")");
-  if (g.rl_use_sequence_packing && (a.model.is_hybrid_model || a.model.experimental_attention_variant == "gdn"))
+  if (g.rl_use_sequence_packing && (a.model.is_hybrid_model || a.model.experimental_attention_variant == "gdn" ||
+                                     a.model.experimental_attention_variant == "gdn2"))
     return Unimplemented("--rl-use-sequence-packing with Mamba or Gated DeltaNet layers: not supported yet (Gale's "
                          "scans run across the packed rollouts' boundaries)");
   if (g.rl_sequence_packing_max_sequences_per_bin < 1)
