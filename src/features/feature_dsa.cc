@@ -43,7 +43,7 @@
 // their keys and values.
 // Rules: needs --swiglu and --normalization RMSNorm; refused (not supported yet): --tp-2d,
 // --multi-latent-attention, --is-hybrid-model (its 'G' layers instead), LoRA on the GDN projections
-// (in_proj / out_proj) at TP or CP > 1, --mtp-num-layers, conversion to or from Megatron's formats, gdn2. gale convert reads and
+// (in_proj / out_proj) at TP or CP > 1, --mtp-num-layers, conversion to or from Megatron's formats. gale convert reads and
 // writes Hugging Face's Qwen3NextForCausalLM (a Qwen3-Next-shaped GDN model: train/hf_config.h).
 // Tests: tests/model/gated_delta_net_test.cc (numpy golden, finite differences, causality, names and
 // init), tests/model/gdn_decode_test.cc (cached decoding against whole-sequence forwards),
@@ -52,6 +52,12 @@
 // tests/cli/gdn_cli_test.cc (flags and refusals, gale pretrain: learning, CP 2 and TP 2 × CP 2 against
 // their layouts without CP, save/resume, a TP 2
 // checkpoint loaded at TP 1; gale generate / evaluate).
+//
+// gdn2 (Megatron-Core main's GatedDeltaNet2): gdn's layers (or a hybrid model's 'G' layers) with
+// channel-wise decay, erase and write gates (model/gated_delta_net.h, GdnDims::gdn2); the same TP, CP,
+// decoding and rules as gdn; LoRA on its projections and every conversion refused. Tests:
+// tests/model/gated_delta_net2_test.cc, tests/parallel/gdn2_invariance_mpi_test.cc,
+// tests/cli/gdn2_cli_test.cc, tests/train/arguments_gdn2_test.cc.
 //
 // DSA tests: tests/kernels/dsa_kernels_test.cc (top-k, dense equivalence, finite differences, fused vs
 // reference, the numpy golden fixture), tests/model/dsa_attention_test.cc (top-k ≥ S equals dense MLA,
@@ -72,7 +78,7 @@ class DsaFeature : public Feature {
   FeatureModule module() const override { return FeatureModule::kMegatron; }
   int level() const override { return 0; }
   std::string counterpart() const override {
-    return "MindSpeed DeepSeekSparseAttention (dsa); Megatron-Core GatedDeltaNet (gdn)";
+    return "MindSpeed DeepSeekSparseAttention (dsa); Megatron-Core GatedDeltaNet (gdn) and GatedDeltaNet2 (gdn2)";
   }
   std::string description() const override {
     return "--experimental-attention-variant gdn (or gated_delta_net): Gated DeltaNet linear attention in the "
@@ -82,8 +88,10 @@ class DsaFeature : public Feature {
            "CP as Megatron-Core's (TP×CP divides --linear-num-key-heads); MTP (--mtp-num-layers) when the last "
            "decoder layer is full attention, with speculative decoding (--num-speculative-tokens) rolling the GDN "
            "states back; LoRA (in_proj / out_proj at TP 1 and CP 1, and the attention and MLP linears); no MLA, "
-           "Megatron-format conversion; gale convert imports and exports Hugging Face Qwen3NextForCausalLM; gdn2 not "
-           "supported yet (a hybrid model's GDN layers are the 'G' layers of --hybrid-override-pattern, sized by the "
+           "Megatron-format conversion; gale convert imports and exports Hugging Face Qwen3NextForCausalLM; "
+           "--experimental-attention-variant gdn2: Gated DeltaNet-2 (channel-wise decay, erase and write gates) in "
+           "the same layers or a hybrid model's 'G' layers, with TP/SP, CP and decoding as gdn, no conversion or LoRA "
+           "on its projections (a hybrid model's GDN layers are the 'G' layers of --hybrid-override-pattern, sized by the "
            "same --linear-* flags, recorded in its checkpoint args: CP, generate and evaluate as here). "
            "--experimental-attention-variant dsa: DeepSeek-V3.2 sparse attention on MLA; a lightning indexer "
            "(--dsa-indexer-n-heads, --dsa-indexer-head-dim) picks each query's --dsa-indexer-topk keys, MLA attends "
@@ -102,16 +110,17 @@ class DsaFeature : public Feature {
   }
   bool requested(const FeatureContext& ctx) const override {
     const std::string& v = ctx.args->model.experimental_attention_variant;
-    return v == "dsa" || v == "gdn" || fused_sfa_;
+    return v == "dsa" || v == "gdn" || v == "gdn2" || fused_sfa_;
   }
   std::string not_requested_reason(const FeatureContext& ctx) const override {
-    return "not requested (--experimental-attention-variant dsa or gdn)";
+    return "not requested (--experimental-attention-variant dsa, gdn or gdn2)";
   }
   Status validate(const FeatureContext& ctx) const override {
     const Arguments& a = *ctx.args;
     const ModelArgs& m = a.model;
     const ParallelArgs& p = a.parallel;
-    if (m.experimental_attention_variant == "gdn" && !fused_sfa_) return validate_gdn(a);
+    const bool gdn = m.experimental_attention_variant == "gdn" || m.experimental_attention_variant == "gdn2";
+    if (gdn && !fused_sfa_) return validate_gdn(a);
     if (m.experimental_attention_variant != "dsa")
       return InvalidArgument("--use-fused-sparse-flash-attention needs --experimental-attention-variant dsa, found ",
                              m.experimental_attention_variant.empty() ? "none" : m.experimental_attention_variant);
@@ -132,7 +141,8 @@ class DsaFeature : public Feature {
     return Status::Ok();
   }
   Status apply(const FeatureContext& ctx, EngineSetup& setup) const override {
-    if (ctx.args->model.experimental_attention_variant == "gdn") return Status::Ok();  // level 0: model/gated_delta_net.h
+    const std::string& v = ctx.args->model.experimental_attention_variant;
+    if (v == "gdn" || v == "gdn2") return Status::Ok();  // level 0: model/gated_delta_net.h
     if (fused_sfa_) {
       setup.ops->dsa_sparse_attention_forward = dsa_sparse_attention_forward_fused;
       setup.ops->dsa_sparse_attention_backward = dsa_sparse_attention_backward_fused;
@@ -165,7 +175,9 @@ class DsaFeature : public Feature {
                              "--context-parallel-size (", tp, " × ", cp, " = ", tp * cp,
                              ": each rank holds 1/(TP·CP) of the Gated DeltaNet heads between the "
                              "all-to-alls), found ", a.model.linear_num_key_heads);
-    if (p.tp_2d) return Unimplemented("--experimental-attention-variant gdn with --tp-2d: not supported yet");
+    if (p.tp_2d)
+      return Unimplemented("--experimental-attention-variant ", a.model.experimental_attention_variant,
+                           " with --tp-2d: not supported yet");
     // --mtp-num-layers: train/arguments_gdn.cc (the last decoder layer must be a full-attention layer).
     return Status::Ok();
   }

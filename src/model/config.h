@@ -343,7 +343,7 @@ struct HeteroLayer {
 // causal depthwise convolution of width K over q, k and v.
 struct GdnConfig {
   bool enabled = false;
-  std::vector<int> pattern;  // one entry per global layer: 1 GDN, 0 full attention
+  std::vector<int> pattern;  // one entry per global layer: 1 GDN, 2 GDN2 (gdn2; not mixed with 1), 0 full attention
   int64_t conv_kernel = 4;      // --linear-conv-kernel-dim (K)
   int64_t key_head_dim = 128;   // --linear-key-head-dim (DK)
   int64_t value_head_dim = 128; // --linear-value-head-dim (DV)

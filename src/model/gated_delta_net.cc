@@ -32,33 +32,40 @@ std::string gdn_name(int64_t layer, const char* rest) {
   return str_cat("decoder.layers.", layer, ".self_attention.", rest);
 }
 
-// Column offsets of one in_proj row: q, k, v, z, b (β's logit), a (the decay's input).
+// Column offsets of one in_proj row: q, k, v, z, then GDN's b (β's logit) and a (the decay's input)
+// or GDN2's f (the decay's input), e (the erase gate's logit) and w (the write gate's logit).
 struct Offsets {
-  int64_t R, k, v, z, b, a;
+  int64_t R, k, v, z, b, a, f, e, w;
   explicit Offsets(const GdnDims& d)
       : R(d.in_proj_rows()), k(d.qk_dim()), v(2 * d.qk_dim()), z(d.conv_dim()), b(d.conv_dim() + d.v_dim()),
-        a(d.conv_dim() + d.v_dim() + d.NV) {}
+        a(d.conv_dim() + d.v_dim() + d.NV), f(d.conv_dim() + d.v_dim()), e(d.conv_dim() + d.v_dim() + d.qk_dim()),
+        w(d.conv_dim() + d.v_dim() + 2 * d.qk_dim()) {}
 };
 
 // What the recurrence reads, from in_proj's output and the convolution's: v (silu'd), q and k
-// l2-normalised (with their 1/norm), the log-decay g and β.
+// l2-normalised (with their 1/norm), and the gates: GDN's log-decay g and β per value head, or GDN2's
+// log-decay g and erase gate e per key channel and write gate ω per value channel.
 struct Prepared {
   Tensor qkv;     // [T, conv_dim] silu(conv): q | k | v (q and k replaced by their normalised values)
   Tensor rq, rk;  // [T, NK] 1/√(Σx² + eps)
-  Tensor g, beta; // [T, NV]
+  Tensor g, e;    // [T, NV] (GDN: g, β) or [T, NK·DK] (GDN2: g, e)
+  Tensor wg;      // [T, NV·DV] GDN2's ω (GDN: undefined, β writes)
 };
 
 Prepared prepare(const GdnDims& d, const GdnWeights& w, const float* zx, const float* conv_pre, int64_t T) {
   const Offsets o(d);
-  const int64_t CD = d.conv_dim(), NK = d.NK, DK = d.DK, NV = d.NV;
+  const int64_t CD = d.conv_dim(), NK = d.NK, DK = d.DK, NV = d.NV, QK = d.qk_dim(), VD = d.v_dim();
+  const int64_t GW = d.gdn2 ? QK : NV;
   Prepared p;
   p.qkv = Tensor::empty({T, CD});
   p.rq = Tensor::empty({T, NK});
   p.rk = Tensor::empty({T, NK});
-  p.g = Tensor::empty({T, NV});
-  p.beta = Tensor::empty({T, NV});
+  p.g = Tensor::empty({T, GW});
+  p.e = Tensor::empty({T, GW});
+  if (d.gdn2) p.wg = Tensor::empty({T, VD});
   float* x = p.qkv.data<float>();
-  float *rq = p.rq.data<float>(), *rk = p.rk.data<float>(), *g = p.g.data<float>(), *beta = p.beta.data<float>();
+  float *rq = p.rq.data<float>(), *rk = p.rk.data<float>(), *g = p.g.data<float>(), *e = p.e.data<float>();
+  float* wg = d.gdn2 ? p.wg.data<float>() : nullptr;
   parallel_for(T, 16, [&](int64_t b0, int64_t e0) {
     for (int64_t t = b0; t < e0; ++t) {
       float* row = x + t * CD;
@@ -72,25 +79,110 @@ Prepared prepare(const GdnDims& d, const GdnWeights& w, const float* zx, const f
           for (int64_t i = 0; i < DK; ++i) v[i] *= r;
           (part == 0 ? rq : rk)[t * NK + h] = r;
         }
-      for (int64_t h = 0; h < NV; ++h) {
-        g[t * NV + h] = -std::exp(w.a_log[h]) * softplusf(zx[t * o.R + o.a + h] + w.dt_bias[h]);
-        beta[t * NV + h] = sigmoidf(zx[t * o.R + o.b + h]);
+      const float* zr = zx + t * o.R;
+      if (!d.gdn2) {
+        for (int64_t h = 0; h < NV; ++h) {
+          g[t * NV + h] = -std::exp(w.a_log[h]) * softplusf(zr[o.a + h] + w.dt_bias[h]);
+          e[t * NV + h] = sigmoidf(zr[o.b + h]);
+        }
+        continue;
       }
+      for (int64_t c = 0; c < QK; ++c) {  // key channel c of key head c / DK
+        g[t * QK + c] = -std::exp(w.a_log[c / DK]) * softplusf(zr[o.f + c] + w.dt_bias[c]);
+        e[t * QK + c] = sigmoidf(zr[o.e + c]);
+      }
+      for (int64_t c = 0; c < VD; ++c) wg[t * VD + c] = sigmoidf(zr[o.w + c]);
     }
   });
   return p;
 }
 
-// One step of the gated delta rule on state st [DK, DV]: st ← exp(g)·st; st += k ⊗ β(v − stᵀk).
-inline void delta_step(float* st, const float* k, const float* v, float a, float beta, float* kv, int64_t DK,
-                       int64_t DV) {
-  for (int64_t i = 0; i < DK * DV; ++i) st[i] *= a;
-  std::fill(kv, kv + DV, 0.0f);
+// The channel-wise gates value head h reads at row t: the decay a = exp(g) and erase gate e [DK],
+// the write gate ω [DV] (GDN: exp(g_h), β and β broadcast).
+inline void gates_at(const GdnDims& d, const Prepared& p, int64_t t, int64_t h, float* a, float* e, float* wg) {
+  if (!d.gdn2) {
+    const float ah = std::exp(p.g.data<float>()[t * d.NV + h]), beta = p.e.data<float>()[t * d.NV + h];
+    std::fill(a, a + d.DK, ah);
+    std::fill(e, e + d.DK, beta);
+    std::fill(wg, wg + d.DV, beta);
+    return;
+  }
+  const int64_t kh = h / (d.NV / d.NK), QK = d.qk_dim();
+  const float *g = p.g.data<float>() + t * QK + kh * d.DK, *ep = p.e.data<float>() + t * QK + kh * d.DK;
+  for (int64_t i = 0; i < d.DK; ++i) {
+    a[i] = std::exp(g[i]);
+    e[i] = ep[i];
+  }
+  std::copy_n(p.wg.data<float>() + t * d.v_dim() + h * d.DV, d.DV, wg);
+}
+
+// One step of the channel-wise gated delta rule on state st [DK, DV]:
+// st ← Diag(a)·st;  st += k ⊗ (ω ⊙ v − stᵀ(e ⊙ k)).
+inline void delta_step(float* st, const float* k, const float* v, const float* a, const float* e, const float* wg,
+                       float* kv, int64_t DK, int64_t DV) {
   for (int64_t i = 0; i < DK; ++i)
-    for (int64_t j = 0; j < DV; ++j) kv[j] += k[i] * st[i * DV + j];
-  for (int64_t j = 0; j < DV; ++j) kv[j] = beta * (v[j] - kv[j]);  // now u
+    for (int64_t j = 0; j < DV; ++j) st[i * DV + j] *= a[i];
+  std::fill(kv, kv + DV, 0.0f);
+  for (int64_t i = 0; i < DK; ++i) {
+    const float ek = e[i] * k[i];
+    for (int64_t j = 0; j < DV; ++j) kv[j] += ek * st[i * DV + j];
+  }
+  for (int64_t j = 0; j < DV; ++j) kv[j] = wg[j] * v[j] - kv[j];  // now u
   for (int64_t i = 0; i < DK; ++i)
     for (int64_t j = 0; j < DV; ++j) st[i * DV + j] += k[i] * kv[j];
+}
+
+// The gates' inputs' gradients into dzx (and dt_bias's, A_log's), from the recurrence's per value
+// head gradients dg, de [T, NV·DK] (of the log-decay and the erase gate per key channel) and dwg
+// [T, NV·DV] (of the write gate). GDN: g_h = −exp(A_log_h)·softplus(a_h + dt_bias_h) and β_h =
+// sigmoid(b_h) gate all channels (β erases and writes); GDN2: g = −exp(A_log_kh)·softplus(f + dt_bias)
+// and e = sigmoid(b) per key channel, summed over the value heads reading them, ω = sigmoid(w).
+void gate_backward(const GdnDims& d, const GdnWeights& w, const Offsets& of, const Prepared& p, const float* zxp,
+                   const Tensor& dg, const Tensor& de, const Tensor& dwg, float* dzx) {
+  const int64_t T = dg.size(0), NV = d.NV, DK = d.DK, DV = d.DV, QK = d.qk_dim(), VD = d.v_dim(), r = d.NV / d.NK;
+  const float *dgp = dg.data<float>(), *dep = de.data<float>(), *dwp = dwg.data<float>();
+  const float *g = p.g.data<float>(), *e = p.e.data<float>();
+  for (int64_t t = 0; t < T; ++t) {
+    const float* zr = zxp + t * of.R;
+    float* dr = dzx + t * of.R;
+    if (!d.gdn2) {
+      for (int64_t h = 0; h < NV; ++h) {
+        double sg = 0.0, sb = 0.0;
+        for (int64_t i = 0; i < DK; ++i) {
+          sg += dgp[t * NV * DK + h * DK + i];
+          sb += dep[t * NV * DK + h * DK + i];
+        }
+        for (int64_t j = 0; j < DV; ++j) sb += dwp[t * VD + h * DV + j];
+        const float dgh = static_cast<float>(sg), da = dgh * -std::exp(w.a_log[h]) * sigmoidf(zr[of.a + h] + w.dt_bias[h]);
+        dr[of.a + h] = da;
+        if (w.g_dt_bias) w.g_dt_bias[h] += da;
+        if (w.g_a_log) w.g_a_log[h] += dgh * g[t * NV + h];
+        const float bt = e[t * NV + h];
+        dr[of.b + h] = static_cast<float>(sb) * bt * (1.0f - bt);
+      }
+      continue;
+    }
+    for (int64_t c = 0; c < QK; ++c) {  // key channel c of key head kh = c / DK, read by value heads kh·r … kh·r + r − 1
+      const int64_t kh = c / DK, i = c % DK;
+      double sg = 0.0, se = 0.0;
+      for (int64_t h = kh * r; h < (kh + 1) * r; ++h) {
+        sg += dgp[t * NV * DK + h * DK + i];
+        se += dep[t * NV * DK + h * DK + i];
+      }
+      const float dgc = static_cast<float>(sg);
+      const float df = dgc * -std::exp(w.a_log[kh]) * sigmoidf(zr[of.f + c] + w.dt_bias[c]);
+      dr[of.f + c] = df;
+      if (w.g_dt_bias) w.g_dt_bias[c] += df;
+      if (w.g_a_log) w.g_a_log[kh] += dgc * g[t * QK + c];
+      const float ec = e[t * QK + c];
+      dr[of.e + c] = static_cast<float>(se) * ec * (1.0f - ec);
+    }
+    const float* wg = p.wg.data<float>();
+    for (int64_t c = 0; c < VD; ++c) {
+      const float wc = wg[t * VD + c];
+      dr[of.w + c] = dwp[t * VD + c] * wc * (1.0f - wc);
+    }
+  }
 }
 
 }  // namespace
@@ -104,7 +196,18 @@ GdnDims GdnDims::of(const ModelConfig& c) {
   d.DV = c.gdn.value_head_dim;
   d.K = c.gdn.conv_kernel;
   d.norm_eps = c.norm_eps;
+  // GdnConfig::pattern marks GDN2 layers 2 (--experimental-attention-variant gdn2), GDN layers 1.
+  const std::vector<int>& pattern = c.gdn.pattern;
+  d.gdn2 = std::find(pattern.begin(), pattern.end(), 2) != pattern.end();
+  for (int k : pattern)
+    GALE_CHECK(k == 0 || k == (d.gdn2 ? 2 : 1)) << "Gated DeltaNet: a layer pattern mixing GDN (1) and GDN2 (2) layers";
   return d;
+}
+
+std::vector<int64_t> GdnDims::in_proj_sections() const {
+  const int64_t QK = qk_dim(), VD = v_dim();
+  if (gdn2) return {QK, QK, VD, VD, QK, QK, VD};  // q, k, v, z, f, b, w
+  return {QK, QK, VD, VD, NV, NV};                 // q, k, v, z, β, α
 }
 
 GdnDims GdnDims::tp_local(int64_t tp) const {
@@ -138,12 +241,17 @@ GdnParamIds register_gdn_params(ParamBuffer& pb, const ModelConfig& c, int64_t l
   const float conv_bound = 1.0f / std::sqrt(static_cast<float>(d.K));  // kaiming_uniform(a=√5), fan_in K
   w.in_proj = pb.add(gemm_weight(split(make_param_spec(gdn_name(layer, "in_proj.weight"), {d.in_proj_rows(), d.H},
                                                        InitKind::kNormal, c.init_std, true),
-                                       0, {QK, QK, VD, VD, d.NV, d.NV})));
+                                       0, d.in_proj_sections())));
   w.conv_w = pb.add(split(make_param_spec(gdn_name(layer, "conv1d.weight"), {d.conv_dim(), d.K}, InitKind::kUniform,
                                           conv_bound, true),
                           0, {QK, QK, VD}));
-  w.dt_bias = pb.add(split(make_param_spec(gdn_name(layer, "dt_bias"), {d.NV}, InitKind::kOnes, 0, false), 0, {d.NV}));
-  w.a_log = pb.add(split(make_param_spec(gdn_name(layer, "A_log"), {d.NV}, InitKind::kMambaALog, 0, false), 0, {d.NV}));
+  // GDN: dt_bias 1 per value head; GDN2: softplus⁻¹ of a log-uniform step per key channel (Megatron's
+  // GatedDeltaNet2._reset_dt_bias, the Mamba mixer's init). A_log = log U(1, 16) per value (key) head.
+  const InitKind dt_init = d.gdn2 ? InitKind::kMambaDtBias : InitKind::kOnes;
+  w.dt_bias = pb.add(split(make_param_spec(gdn_name(layer, "dt_bias"), {d.dt_bias_dim()}, dt_init, 0, false), 0,
+                           {d.dt_bias_dim()}));
+  w.a_log = pb.add(split(make_param_spec(gdn_name(layer, "A_log"), {d.a_log_dim()}, InitKind::kMambaALog, 0, false), 0,
+                         {d.a_log_dim()}));
   // Replicated: every value head's norm shares it, so each TP rank's heads give a partial gradient.
   ParamSpec out_norm = make_param_spec(gdn_name(layer, "out_norm.weight"), {d.DV}, norm_weight_init(c), 0, false);
   out_norm.sequence_parallel = tp;
@@ -218,10 +326,11 @@ Tensor forward(const GdnDims& d_tp, const GdnWeights& w_tp, const Tensor& u, con
   Prepared p = prepare(d, w, zxp, conv_pre.data<float>(), T);
   Tensor o = Tensor::empty({T, VD});
   {
-    const float *x = p.qkv.data<float>(), *g = p.g.data<float>(), *beta = p.beta.data<float>();
+    const float* x = p.qkv.data<float>();
     float* op = o.data<float>();
     parallel_for(static_cast<int64_t>(seqs.size()) * NV, 1, [&](int64_t b0, int64_t e0) {
       std::vector<float> st(static_cast<size_t>(DK * DV)), tmp(static_cast<size_t>(DV));
+      std::vector<float> ga(static_cast<size_t>(DK)), ge(static_cast<size_t>(DK)), gw(static_cast<size_t>(DV));
       for (int64_t task = b0; task < e0; ++task) {
         const GdnSequence& q_seq = seqs[static_cast<size_t>(task / NV)];
         const int64_t h = task % NV, kh = h / r;
@@ -235,7 +344,8 @@ Tensor forward(const GdnDims& d_tp, const GdnWeights& w_tp, const Tensor& u, con
           const float* k = x + t * CD + d.qk_dim() + kh * DK;
           const float* v = x + t * CD + 2 * d.qk_dim() + h * DV;
           if (starts_document(starts, t, s)) std::fill(st.begin(), st.end(), 0.0f);  // a packed document's start
-          delta_step(st.data(), k, v, std::exp(g[t * NV + h]), beta[t * NV + h], tmp.data(), DK, DV);
+          gates_at(d, p, t, h, ga.data(), ge.data(), gw.data());
+          delta_step(st.data(), k, v, ga.data(), ge.data(), gw.data(), tmp.data(), DK, DV);
           float* out = op + t * VD + h * DV;
           std::fill(out, out + DV, 0.0f);
           for (int64_t i = 0; i < DK; ++i)
@@ -362,15 +472,16 @@ Tensor gdn_backward(const GdnDims& d_tp, const GdnWeights& w_tp, GdnSaved& sv, c
   d_normed = Tensor();
   sv.o = sv.rstd = Tensor();
   // The recurrence's adjoint, one (sample, value head) at a time; q and k gradients per value head
-  // (summed into their key head below), g and β gradients per (row, value head).
+  // (summed into their key head below), and per (row, value head) the gradients of the channel-wise
+  // gates it read: the log-decay g and erase gate e per key channel, the write gate ω per value channel.
   Prepared p = prepare(d, w, zxp, sv.conv_pre.data<float>(), T);
-  const float *x = p.qkv.data<float>(), *g = p.g.data<float>(), *beta = p.beta.data<float>();
+  const float* x = p.qkv.data<float>();
   Tensor dq_v = Tensor::zeros({T, NV * DK}), dk_v = Tensor::zeros({T, NV * DK});
   Tensor d_qkv = Tensor::zeros({T, CD});  // d silu output (v part filled here, q and k below)
-  Tensor dg = Tensor::empty({T, NV}), dbeta = Tensor::empty({T, NV});
+  Tensor dg = Tensor::empty({T, NV * DK}), de = Tensor::empty({T, NV * DK}), dwg = Tensor::empty({T, VD});
   {
     float *dqv = dq_v.data<float>(), *dkv = dk_v.data<float>(), *dx = d_qkv.data<float>();
-    float *dgp = dg.data<float>(), *dbp = dbeta.data<float>();
+    float *dgp = dg.data<float>(), *dep = de.data<float>(), *dwp = dwg.data<float>();
     const float* dop = d_o.data<float>();
     const int64_t chunks = (S + kChunk - 1) / kChunk, SZ = DK * DV;
     parallel_for(B * NV, 1, [&](int64_t b0, int64_t e0) {
@@ -378,18 +489,23 @@ Tensor gdn_backward(const GdnDims& d_tp, const GdnWeights& w_tp, GdnSaved& sv, c
       std::vector<float> ds(static_cast<size_t>(SZ)), pm(static_cast<size_t>(SZ)), tmp(static_cast<size_t>(DV));
       std::vector<float> kvv(static_cast<size_t>(DV)), uu(static_cast<size_t>(DV)), du(static_cast<size_t>(DV));
       const std::vector<float> zero(static_cast<size_t>(SZ), 0.0f);  // the state before a packed document
+      std::vector<float> ga(static_cast<size_t>(DK)), ge(static_cast<size_t>(DK)), gw(static_cast<size_t>(DV));
       for (int64_t task = b0; task < e0; ++task) {
         const int64_t b = task / NV, h = task % NV, kh = h / r;
         auto q_at = [&](int64_t t) { return x + t * CD + kh * DK; };
         auto k_at = [&](int64_t t) { return x + t * CD + QK + kh * DK; };
         auto v_at = [&](int64_t t) { return x + t * CD + 2 * QK + h * DV; };
+        auto step = [&](float* st, int64_t t) {
+          gates_at(d, p, t, h, ga.data(), ge.data(), gw.data());
+          delta_step(st, k_at(t), v_at(t), ga.data(), ge.data(), gw.data(), tmp.data(), DK, DV);
+        };
         // forward again, keeping the state at each chunk's start
         std::vector<float> st(static_cast<size_t>(SZ), 0.0f);
         for (int64_t s = 0; s < S; ++s) {
           const int64_t t = s * B + b;
           if (starts_document(starts, t, s)) std::fill(st.begin(), st.end(), 0.0f);
           if (s % kChunk == 0) std::copy(st.begin(), st.end(), ckpt.begin() + (s / kChunk) * SZ);
-          delta_step(st.data(), k_at(t), v_at(t), std::exp(g[t * NV + h]), beta[t * NV + h], tmp.data(), DK, DV);
+          step(st.data(), t);
         }
         std::fill(ds.begin(), ds.end(), 0.0f);
         for (int64_t c = chunks - 1; c >= 0; --c) {
@@ -401,8 +517,7 @@ Tensor gdn_backward(const GdnDims& d_tp, const GdnWeights& w_tp, GdnSaved& sv, c
               std::fill(states.begin() + (i + 1) * SZ, states.begin() + (i + 2) * SZ, 0.0f);
             else
               std::copy(states.begin() + i * SZ, states.begin() + (i + 1) * SZ, states.begin() + (i + 1) * SZ);
-            delta_step(states.data() + (i + 1) * SZ, k_at(t), v_at(t), std::exp(g[t * NV + h]), beta[t * NV + h],
-                       tmp.data(), DK, DV);
+            step(states.data() + (i + 1) * SZ, t);
           }
           for (int64_t i = len - 1; i >= 0; --i) {
             const int64_t t = (s0 + i) * B + b;
@@ -410,7 +525,7 @@ Tensor gdn_backward(const GdnDims& d_tp, const GdnWeights& w_tp, GdnSaved& sv, c
             const float* prev = reset ? zero.data() : states.data() + i * SZ;
             const float* cur = states.data() + (i + 1) * SZ;
             const float *q = q_at(t), *k = k_at(t), *v = v_at(t), *dov = dop + t * VD + h * DV;
-            const float a = std::exp(g[t * NV + h]), bt = beta[t * NV + h];
+            gates_at(d, p, t, h, ga.data(), ge.data(), gw.data());
             float* dq = dqv + t * NV * DK + h * DK;
             float* dk = dkv + t * NV * DK + h * DK;
             // o = curᵀ (q·scale)
@@ -422,12 +537,17 @@ Tensor gdn_backward(const GdnDims& d_tp, const GdnWeights& w_tp, GdnSaved& sv, c
               }
               dq[ii] += scale * static_cast<float>(acc);
             }
-            // P = a·prev, kv = Pᵀk, u = β(v − kv), cur = P + k ⊗ u
-            for (int64_t n = 0; n < SZ; ++n) pm[static_cast<size_t>(n)] = a * prev[n];
-            std::fill(kvv.begin(), kvv.end(), 0.0f);
+            // P = Diag(a)·prev, kv = Pᵀ(e ⊙ k), u = ω ⊙ v − kv, cur = P + k ⊗ u
             for (int64_t ii = 0; ii < DK; ++ii)
-              for (int64_t j = 0; j < DV; ++j) kvv[static_cast<size_t>(j)] += k[ii] * pm[static_cast<size_t>(ii * DV + j)];
-            for (int64_t j = 0; j < DV; ++j) uu[static_cast<size_t>(j)] = bt * (v[j] - kvv[static_cast<size_t>(j)]);
+              for (int64_t j = 0; j < DV; ++j)
+                pm[static_cast<size_t>(ii * DV + j)] = ga[static_cast<size_t>(ii)] * prev[ii * DV + j];
+            std::fill(kvv.begin(), kvv.end(), 0.0f);
+            for (int64_t ii = 0; ii < DK; ++ii) {
+              const float ek = ge[static_cast<size_t>(ii)] * k[ii];
+              for (int64_t j = 0; j < DV; ++j) kvv[static_cast<size_t>(j)] += ek * pm[static_cast<size_t>(ii * DV + j)];
+            }
+            for (int64_t j = 0; j < DV; ++j)
+              uu[static_cast<size_t>(j)] = gw[static_cast<size_t>(j)] * v[j] - kvv[static_cast<size_t>(j)];
             std::fill(du.begin(), du.end(), 0.0f);
             for (int64_t ii = 0; ii < DK; ++ii) {
               double acc = 0.0;
@@ -438,45 +558,32 @@ Tensor gdn_backward(const GdnDims& d_tp, const GdnWeights& w_tp, GdnSaved& sv, c
               }
               dk[ii] += static_cast<float>(acc);
             }
-            double dbt = 0.0;
             for (int64_t j = 0; j < DV; ++j) {
-              dbt += static_cast<double>(du[static_cast<size_t>(j)]) * (v[j] - kvv[static_cast<size_t>(j)]);
-              dx[t * CD + 2 * QK + h * DV + j] = bt * du[static_cast<size_t>(j)];
-              du[static_cast<size_t>(j)] *= -bt;  // now d kv
+              dwp[t * VD + h * DV + j] = du[static_cast<size_t>(j)] * v[j];
+              dx[t * CD + 2 * QK + h * DV + j] = gw[static_cast<size_t>(j)] * du[static_cast<size_t>(j)];
+              du[static_cast<size_t>(j)] = -du[static_cast<size_t>(j)];  // now d kv
             }
-            dbp[t * NV + h] = static_cast<float>(dbt);
-            double da = 0.0;
             for (int64_t ii = 0; ii < DK; ++ii) {
-              double acc = 0.0;
+              const float ek = ge[static_cast<size_t>(ii)] * k[ii], a = ga[static_cast<size_t>(ii)];
+              double dek = 0.0, da = 0.0;
               for (int64_t j = 0; j < DV; ++j) {
                 const size_t n = static_cast<size_t>(ii * DV + j);
-                acc += static_cast<double>(pm[n]) * du[static_cast<size_t>(j)];
-                const float dp = ds[n] + k[ii] * du[static_cast<size_t>(j)];
+                dek += static_cast<double>(pm[n]) * du[static_cast<size_t>(j)];
+                const float dp = ds[n] + ek * du[static_cast<size_t>(j)];
                 da += static_cast<double>(dp) * prev[n];
                 ds[n] = reset ? 0.0f : a * dp;  // a document's start: nothing flows to the position before
               }
-              dk[ii] += static_cast<float>(acc);
+              dep[t * NV * DK + h * DK + ii] = static_cast<float>(dek) * k[ii];
+              dk[ii] += static_cast<float>(dek) * ge[static_cast<size_t>(ii)];
+              dgp[t * NV * DK + h * DK + ii] = static_cast<float>(da) * a;
             }
-            dgp[t * NV + h] = static_cast<float>(da) * a;
           }
         }
       }
     });
   }
   d_o = Tensor();
-  // g = −exp(A_log)·softplus(a + dt_bias), β = sigmoid(b): their inputs' gradients.
-  {
-    const float *dgp = dg.data<float>(), *dbp = dbeta.data<float>();
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t h = 0; h < NV; ++h) {
-        const float da = dgp[t * NV + h] * -std::exp(w.a_log[h]) * sigmoidf(zxp[t * of.R + of.a + h] + w.dt_bias[h]);
-        dzx[t * of.R + of.a + h] = da;
-        if (w.g_dt_bias) w.g_dt_bias[h] += da;
-        if (w.g_a_log) w.g_a_log[h] += dgp[t * NV + h] * g[t * NV + h];
-        const float bt = beta[t * NV + h];
-        dzx[t * of.R + of.b + h] = dbp[t * NV + h] * bt * (1.0f - bt);
-      }
-  }
+  gate_backward(d, w, of, p, zxp, dg, de, dwg, dzx);
   // Key heads: sum their value heads' q and k gradients, then the l2norm's backward
   // dx = r·(dy − y·(y·dy)) with y the normalised vector.
   {

@@ -35,6 +35,19 @@
 // (model/tp_linear.h): under --sequence-parallel in_proj all-gathers its input along the sequence
 // and out_proj reduce-scatters its output, else out_proj all-reduces. The layer's pre-norm is
 // replicated as the transformer layers' norms.
+//
+// GDN2 (--experimental-attention-variant gdn2, Megatron-Core's GatedDeltaNet2; GdnDims::gdn2) keeps
+// everything above but the gates, which become channel-wise and decouple erase from write:
+//   [q | k | v | z | f | b | w] = u · in_projᵀ in_proj [4·NK·DK + 3·NV·DV, H] (f, b: NK·DK; w: NV·DV)
+//   g = −exp(A_log_kh)·softplus(f + dt_bias)  per key channel (A_log [NK] per key head, dt_bias [NK·DK])
+//   e = sigmoid(b) per key channel (erase), ω = sigmoid(w) per value channel (write)
+//   value head h reads key head h / r's q, k, g and e (Megatron's repeat_interleave), its own ω
+//     P = Diag(exp(g_s))·S_{s−1};  S_s = P + k_s ⊗ (ω_s ⊙ v_s − Pᵀ(e_s ⊙ k_s));  o_s = S_sᵀ q_s / √DK
+// (S_s = (I − k (e⊙k)ᵀ) Diag(exp g) S_{s−1} + k (ω⊙v)ᵀ, Megatron's docstring). GDN is the case
+// exp(g) = exp(g_h)·1, e = β·1, ω = β·1, so one channel-wise kernel runs both. in_proj's sections
+// split over TP on their own as above (Megatron's query, key, value, z, f, b, w); dt_bias splits by
+// key channel and A_log by key head. dt_bias starts at softplus⁻¹(Δ0), Δ0 log-uniform in [1e-3, 0.1]
+// (kMambaDtBias, Megatron's _reset_dt_bias). Megatron refuses GDN2 inference; Gale decodes it as GDN.
 #pragma once
 
 #include <cstdint>
@@ -53,10 +66,17 @@ namespace gale {
 struct GdnDims {
   int64_t H = 0, NK = 0, NV = 0, DK = 0, DV = 0, K = 0;
   float norm_eps = 1e-5f;
+  // Gated DeltaNet-2's channel-wise gates (f, b, w sections; dt_bias per key channel, A_log per key
+  // head): GdnDims::of sets it when the model's GdnConfig::pattern marks its GDN layers 2.
+  bool gdn2 = false;
   int64_t qk_dim() const { return NK * DK; }
   int64_t v_dim() const { return NV * DV; }
   int64_t conv_dim() const { return 2 * qk_dim() + v_dim(); }
-  int64_t in_proj_rows() const { return 2 * qk_dim() + 2 * v_dim() + 2 * NV; }
+  int64_t in_proj_rows() const { return gdn2 ? 4 * qk_dim() + 3 * v_dim() : 2 * qk_dim() + 2 * v_dim() + 2 * NV; }
+  int64_t dt_bias_dim() const { return gdn2 ? qk_dim() : NV; }
+  int64_t a_log_dim() const { return gdn2 ? NK : NV; }
+  // in_proj's sections in order (q, k, v, z, then β, α or f, b, w), each split over TP and CP on its own.
+  std::vector<int64_t> in_proj_sections() const;
   static GdnDims of(const ModelConfig& c);
   // One TP rank's share of `tp`: NK and NV divided by tp (H, DK, DV, K whole).
   GdnDims tp_local(int64_t tp) const;

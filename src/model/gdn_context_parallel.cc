@@ -9,23 +9,20 @@ namespace gale {
 
 namespace {
 
-// The in_proj column (of d's row q|k|v|z|β|α) of each column of the blocked row [CP·R_cp], whose
-// block j is cp rank j's row in gdn_cp_local(d)'s layout.
+// The in_proj column (of d's row q|k|v|z|β|α, or GDN2's q|k|v|z|f|b|w) of each column of the blocked
+// row [CP·R_cp], whose block j is cp rank j's row in gdn_cp_local(d)'s layout: the j-th CP-th of
+// every section.
 std::vector<int64_t> blocked_columns(const GdnDims& d, int64_t cp) {
   const GdnDims c = gdn_cp_local(d, cp);
-  const int64_t QK = d.qk_dim(), VD = d.v_dim(), CD = d.conv_dim();
+  const std::vector<int64_t> sections = d.in_proj_sections();
   std::vector<int64_t> cols;
   cols.reserve(static_cast<size_t>(cp * c.in_proj_rows()));
-  auto range = [&](int64_t first, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) cols.push_back(first + i);
-  };
   for (int64_t j = 0; j < cp; ++j) {
-    range(j * c.qk_dim(), c.qk_dim());                // q
-    range(QK + j * c.qk_dim(), c.qk_dim());           // k
-    range(2 * QK + j * c.v_dim(), c.v_dim());         // v
-    range(CD + j * c.v_dim(), c.v_dim());             // z
-    range(CD + VD + j * c.NV, c.NV);                  // β
-    range(CD + VD + d.NV + j * c.NV, c.NV);           // α
+    int64_t first = 0;
+    for (int64_t n : sections) {
+      for (int64_t i = 0; i < n / cp; ++i) cols.push_back(first + j * (n / cp) + i);
+      first += n;
+    }
   }
   return cols;
 }
@@ -70,11 +67,12 @@ GdnCpWeights::GdnCpWeights(const GdnDims& d, const GdnWeights& whole) : d_(d), w
     g_conv_w_.assign(CD * K, 0.0f);
     w_.g_conv_w = g_conv_w_.data();
   }
-  const int64_t head = cp_rank * c.NV;
-  w_.a_log = whole.a_log + head;
-  w_.dt_bias = whole.dt_bias + head;
-  w_.g_a_log = whole.g_a_log ? whole.g_a_log + head : nullptr;
-  w_.g_dt_bias = whole.g_dt_bias ? whole.g_dt_bias + head : nullptr;
+  // GDN: A_log and dt_bias of this rank's value heads; GDN2: A_log of its key heads, dt_bias of their channels.
+  const int64_t a_first = cp_rank * c.a_log_dim(), dt_first = cp_rank * c.dt_bias_dim();
+  w_.a_log = whole.a_log + a_first;
+  w_.dt_bias = whole.dt_bias + dt_first;
+  w_.g_a_log = whole.g_a_log ? whole.g_a_log + a_first : nullptr;
+  w_.g_dt_bias = whole.g_dt_bias ? whole.g_dt_bias + dt_first : nullptr;
 }
 
 void GdnCpWeights::add_grads() const {

@@ -7,14 +7,14 @@
 // all-to-all over the cp group trades that sequence split for a split of this TP rank's heads
 // (gdn_cp_seq_to_heads): cp rank j receives every position, in global order, of key heads
 // j·NK/CP … (j+1)·NK/CP − 1 and value heads j·NV/CP … (j+1)·NV/CP − 1 (this TP rank's NK and NV;
-// each of in_proj's six sections q, k, v, z, β, α split on its own). Value head h still reads key
+// each of in_proj's six sections q, k, v, z, β, α split on its own; GDN2's seven q, k, v, z, f, b, w). Value head h still reads key
 // head h / r. The convolution, the l2 norms, the gated delta rule and the gated output norm run on
 // those heads over whole sequences; the normed, gated output returns to the sequence split
 // (mamba_cp_heads_to_seq) and out_proj runs as without CP.
 //
 // conv1d, A_log and dt_bias stay whole on every cp rank (checkpoints do not change with CP); each
 // rank reads and gets gradients only for its slice (GdnCpWeights: conv1d's q, k and v channels of its
-// heads, A_log and dt_bias of its value heads), and the data-parallel gradient reduction, which spans
+// heads, A_log and dt_bias of its value heads; GDN2: A_log of its key heads, dt_bias of their channels), and the data-parallel gradient reduction, which spans
 // DP×CP, sums the slices into the whole gradient. out_norm.weight [DV] is shared by every head: each
 // cp rank's partial gradient is summed by the same reduction. CP must divide this TP rank's NK (and
 // so NV, a multiple of NK): --linear-num-key-heads a multiple of TP·CP.

@@ -69,29 +69,34 @@ Status validate_gdn_args(ModelArgs& m, const ArgParser& p) {
     warn_rank0("--experimental-attention-variant gated_delta_net is deprecated (Megatron-Core); using gdn");
     v = "gdn";
   }
-  if (v == "gdn2")
-    return Unimplemented("--experimental-attention-variant gdn2: not supported yet (only gdn and dsa)");
   m.linear_attention_pattern.clear();
-  if (v != "gdn") {
+  // gdn2 (Gated DeltaNet-2): in a GPT model it is gdn's layer pattern with GatedDeltaNet2 mixers; in a
+  // hybrid model it makes the 'G' layers GatedDeltaNet2 (Megatron's hybrid_block.py).
+  const bool hybrid_gdn2 = v == "gdn2" && m.is_hybrid_model;
+  if (v != "gdn" && (v != "gdn2" || hybrid_gdn2)) {
     // A hybrid model's 'G' layers take their sizes from the same flags (not --linear-attention-freq).
     const bool hybrid_gdn = hybrid_gdn_layers(m);
     for (const char* flag : {"--linear-attention-freq", "--linear-conv-kernel-dim", "--linear-key-head-dim",
                              "--linear-value-head-dim", "--linear-num-key-heads", "--linear-num-value-heads"})
       if (p.was_set(flag) && !(hybrid_gdn && std::string(flag) != "--linear-attention-freq"))
         return InvalidArgument(flag, m.is_hybrid_model ? " needs Gated DeltaNet layers ('G') in --hybrid-override-pattern"
-                                                       : " needs --experimental-attention-variant gdn");
+                                                       : " needs --experimental-attention-variant gdn or gdn2");
+    // Without 'G' layers gdn2 changes nothing in a hybrid model (as in Megatron).
     if (!hybrid_gdn) return Status::Ok();
-    return check_gdn_layers(m, "the Gated DeltaNet layers ('G') of --hybrid-override-pattern");
+    return check_gdn_layers(m, hybrid_gdn2 ? "the Gated DeltaNet-2 layers ('G' with --experimental-attention-variant "
+                                             "gdn2) of --hybrid-override-pattern"
+                                           : "the Gated DeltaNet layers ('G') of --hybrid-override-pattern");
   }
+  const std::string variant = "--experimental-attention-variant " + v;
   if (m.linear_attention_freq.empty())
-    return InvalidArgument("--experimental-attention-variant gdn needs --linear-attention-freq (an int N or a list "
-                           "of one 0/1 per layer), found none");
+    return InvalidArgument(variant, " needs --linear-attention-freq (an int N or a list of one 0/1 per layer), "
+                           "found none");
   // Megatron's get_linear_attention_pattern: an int N gives 0 (full attention) where (i + 1) % N == 0.
   GALE_ASSIGN_OR_RETURN(m.linear_attention_pattern,
                         parse_layer_pattern("--linear-attention-freq", m.linear_attention_freq, m.num_layers,
                                             [](int64_t k, int64_t i) { return (i + 1) % k != 0; }));
   if (m.multi_latent_attention)
-    return Unimplemented("--experimental-attention-variant gdn with --multi-latent-attention: not supported yet "
+    return Unimplemented(variant, " with --multi-latent-attention: not supported yet "
                          "(the full-attention layers are standard attention)");
   if (m.is_hybrid_model)
     return InvalidArgument("--experimental-attention-variant gdn with --is-hybrid-model: expected a hybrid model's "
@@ -101,10 +106,10 @@ Status validate_gdn_args(ModelArgs& m, const ArgParser& p) {
   // layers are full-attention layers, so the last decoder layer must be one.
   if (m.mtp_num_layers != kUnset && m.mtp_num_layers > 0 &&
       (m.linear_attention_pattern.empty() || m.linear_attention_pattern.back() != 0))
-    return Unimplemented("--experimental-attention-variant gdn with --mtp-num-layers ", m.mtp_num_layers,
+    return Unimplemented(variant, " with --mtp-num-layers ", m.mtp_num_layers,
                          ": not supported yet when the last decoder layer is a Gated DeltaNet layer (Megatron's MTP "
                          "layer takes the last decoder layer's spec; Gale's MTP layers are full-attention layers)");
-  return check_gdn_layers(m, "--experimental-attention-variant gdn");
+  return check_gdn_layers(m, variant.c_str());
 }
 
 }  // namespace gale

@@ -37,6 +37,9 @@ Status validate_lora_args(Arguments& a, const ArgParser& p) {
     // Mamba's in_proj / out_proj are not adapted), at TP 1 and CP 1 (in_proj's six sections would
     // need a split of their own).
     if (t == "in_proj" || t == "out_proj") {
+      if (a.model.experimental_attention_variant == "gdn2")
+        return Unimplemented("--lora-target-modules ", t, " with --experimental-attention-variant gdn2: not supported "
+                             "yet (LoRA adapts Gated DeltaNet's projections, not Gated DeltaNet-2's)");
       if (a.model.experimental_attention_variant != "gdn" && a.model.experimental_attention_variant != "gated_delta_net")
         return InvalidArgument("--lora-target-modules ", t, ": expected a Gated DeltaNet model (--experimental-"
                                "attention-variant gdn; the GDN mixer's projection), found none");

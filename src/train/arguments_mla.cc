@@ -32,7 +32,8 @@ void add_mla_args(ArgParser& p, ModelArgs& a) {
   p.add("--experimental-attention-variant", &a.experimental_attention_variant,
         "dsa: DeepSeek-V3.2 sparse attention on MLA (a lightning indexer picks each query's top-k keys; "
         "model/dsa_indexer.h); gdn (or its deprecated spelling gated_delta_net): Gated DeltaNet linear attention "
-        "in the layers --linear-attention-freq selects (model/gated_delta_net.h); gdn2 is not supported yet");
+        "in the layers --linear-attention-freq selects (model/gated_delta_net.h); gdn2: Gated DeltaNet-2 (channel-wise "
+        "decay, erase and write gates) in those layers, or in a hybrid model's 'G' layers");
   p.add("--dsa-indexer-n-heads", &a.dsa_indexer_n_heads, "DSA indexer heads (required with dsa)");
   p.add("--dsa-indexer-head-dim", &a.dsa_indexer_head_dim,
         "DSA indexer head dimension (required with dsa; at least --qk-pos-emb-head-dim: RoPE on its first dims)");
@@ -48,8 +49,8 @@ void add_mla_args(ArgParser& p, ModelArgs& a) {
 Status validate_dsa_args(ModelArgs& m, const ArgParser& p) {
   GALE_RETURN_IF_ERROR(validate_gdn_args(m, p));  // normalises gated_delta_net to gdn
   const std::string& v = m.experimental_attention_variant;
-  if (!v.empty() && v != "dsa" && v != "gdn")
-    return InvalidArgument("--experimental-attention-variant: expected dsa or gdn (or gated_delta_net), found ", v);
+  if (!v.empty() && v != "dsa" && v != "gdn" && v != "gdn2")
+    return InvalidArgument("--experimental-attention-variant: expected dsa, gdn (or gated_delta_net) or gdn2, found ", v);
   if (v != "dsa") {
     for (const char* flag : {"--dsa-indexer-n-heads", "--dsa-indexer-head-dim", "--dsa-indexer-topk",
                              "--dsa-indexer-loss-coeff", "--dsa-indexer-use-sparse-loss"})

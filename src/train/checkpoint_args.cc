@@ -125,8 +125,11 @@ nlohmann::json model_flags_json(const ModelArgs& m) {
   }
   if (!m.heterogeneous_layers_config_encoded_json.empty())  // absent: None (Megatron keeps the text, as here)
     j["heterogeneous_layers_config_encoded_json"] = m.heterogeneous_layers_config_encoded_json;
-  if (m.experimental_attention_variant == "gdn") {  // Megatron's config fields of Gated DeltaNet
-    j["experimental_attention_variant"] = "gdn";
+  if (m.experimental_attention_variant == "gdn2" && m.is_hybrid_model)  // its 'G' layers are GatedDeltaNet2
+    j["experimental_attention_variant"] = "gdn2";
+  const bool gdn = m.experimental_attention_variant == "gdn" || m.experimental_attention_variant == "gdn2";
+  if (gdn && !m.is_hybrid_model) {  // Megatron's config fields of Gated DeltaNet (-2)
+    j["experimental_attention_variant"] = m.experimental_attention_variant;
     const std::vector<int>& pattern = m.linear_attention_pattern;
     j["linear_attention_freq"] = pattern;  // as the list Megatron's la_freq_type / config would hold
     j["linear_conv_kernel_dim"] = m.linear_conv_kernel_dim;
@@ -448,6 +451,9 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
   if (auto it = args.find("is_hybrid_model"); it != args.end() && it->is_boolean() && it->get<bool>()) {
     m.is_hybrid_model = true;
     GALE_RETURN_IF_ERROR(get(args, "hybrid_override_pattern", where, &m.hybrid_override_pattern));
+    // gdn2 makes the 'G' layers Gated DeltaNet-2 (Megatron's hybrid_block.py).
+    if (auto v = args.find("experimental_attention_variant"); v != args.end() && v->is_string() && *v == "gdn2")
+      m.experimental_attention_variant = "gdn2";
     if (args.contains("hybrid_attention_ratio"))  // absent in checkpoints saved before Gale wrote them
       GALE_RETURN_IF_ERROR(get(args, "hybrid_attention_ratio", where, &m.hybrid_attention_ratio));
     if (args.contains("hybrid_mlp_ratio"))
@@ -514,11 +520,12 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
   // Gated DeltaNet: its pattern and sizes, checked as the flags. Any other variant: inference and
   // conversion refuse it.
   if (auto it = args.find("experimental_attention_variant");
-      it != args.end() && !it->is_null() && m.experimental_attention_variant != "dsa") {
-    if (!it->is_string() || it->get<std::string>() != "gdn")
+      it != args.end() && !it->is_null() && m.experimental_attention_variant != "dsa" &&
+      !(m.is_hybrid_model && m.experimental_attention_variant == "gdn2")) {
+    if (!it->is_string() || (it->get<std::string>() != "gdn" && it->get<std::string>() != "gdn2"))
       return Unimplemented(where, ": an attention variant (args 'experimental_attention_variant' ", it->dump(),
                            "): generation, evaluation and conversion are not supported yet");
-    m.experimental_attention_variant = "gdn";
+    m.experimental_attention_variant = it->get<std::string>();
     auto freq = args.find("linear_attention_freq");
     if (freq == args.end() || !(freq->is_number_integer() || freq->is_array()))
       return InvalidArgument(where, ": args 'linear_attention_freq' of a Gated DeltaNet model: expected an int or a "
@@ -569,6 +576,9 @@ Status refuse_variant_conversion(const ModelArgs& m, const std::string& where) {
     return Unimplemented(where, ": a hybrid model with Gated DeltaNet layers ('G' in hybrid_override_pattern '",
                          m.hybrid_override_pattern, "'): conversion to or from Megatron's and Hugging Face's formats "
                          "is not supported yet (Megatron-Core splits the GDN in_proj per section over TP)");
+  if (v == "gdn2")  // no Hugging Face architecture holds it, and Megatron's formats refuse GDN models here
+    return Unimplemented(where, ": a Gated DeltaNet-2 model (args 'experimental_attention_variant' \"gdn2\"): "
+                         "conversion to or from Megatron's and Hugging Face's formats is not supported yet");
   if (v != "gdn" && v != "dsa") return Status::Ok();
   if (v == "gdn")  // Hugging Face's Qwen3-Next converts both ways (train/hf_weights.h); Megatron's formats do not
     return Unimplemented(where, ": a Gated DeltaNet model (args 'experimental_attention_variant' \"gdn\"): conversion "

@@ -143,9 +143,12 @@ ModelConfig model_config_from_args(const Arguments& a) {
   }
   // A GDN model's pattern (train/arguments_gdn.cc), or a hybrid model's 'G' layers (model/hybrid_layers.h).
   const bool hybrid_gdn = c.hybrid.enabled && hybrid_all_layers(c).find(kHybridGatedDeltaNet) != std::string::npos;
-  if (m.experimental_attention_variant == "gdn" || hybrid_gdn) {
+  const bool gdn2 = m.experimental_attention_variant == "gdn2";  // GatedDeltaNet2 mixers (GPT layers or 'G')
+  if (m.experimental_attention_variant == "gdn" || (gdn2 && !m.is_hybrid_model) || hybrid_gdn) {
     c.gdn.enabled = true;
     c.gdn.pattern = hybrid_gdn ? hybrid_gdn_layer_flags(hybrid_all_layers(c)) : m.linear_attention_pattern;
+    if (gdn2)  // GdnConfig::pattern: 2 marks a GDN2 layer
+      for (int& k : c.gdn.pattern) k = k != 0 ? 2 : 0;
     c.gdn.conv_kernel = m.linear_conv_kernel_dim;
     c.gdn.key_head_dim = m.linear_key_head_dim;
     c.gdn.value_head_dim = m.linear_value_head_dim;

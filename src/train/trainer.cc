@@ -254,6 +254,7 @@ FlopsModel Trainer::flops_model() const {
     f.gdn_num_key_heads = m.linear_num_key_heads;
     f.gdn_num_value_heads = m.linear_num_value_heads;
     f.gdn_conv_kernel = m.linear_conv_kernel_dim;
+    f.gdn_use_gdn2 = m.experimental_attention_variant == "gdn2";
   }
   if (args_.moe.enabled()) {
     for (size_t i = 0; i < args_.moe.layer_pattern.size(); ++i)  // MoE layers that are not noop layers

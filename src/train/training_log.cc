@@ -36,8 +36,10 @@ double hybrid_flops(const FlopsModel& m, int64_t batch_size) {
   const double qk_dim = static_cast<double>(m.gdn_key_head_dim * m.gdn_num_key_heads);
   const double v_dim = static_cast<double>(m.gdn_value_head_dim * m.gdn_num_value_heads);
   const double nv = static_cast<double>(m.gdn_num_value_heads), dv = static_cast<double>(m.gdn_value_head_dim);
+  // GDN2's in_proj gives q, k, v, z and the f, b (qk_dim each) and w (v_dim) rows instead.
+  const double in_proj_dim = m.gdn_use_gdn2 ? 4.0 * qk_dim + 3.0 * v_dim : 2.0 * qk_dim + 2.0 * v_dim + 2.0 * nv;
   const double gdn = 2.0 * bs *
-                     (h * (2.0 * qk_dim + 2.0 * v_dim + 2.0 * nv) +
+                     (h * in_proj_dim +
                       static_cast<double>(m.gdn_conv_kernel) * (2.0 * qk_dim + v_dim) + nv * dv * dv * 4.0 + h * v_dim);
   const double forward = m.attention_layers * attention + m.mlp_layers * mlp + m.mamba_layers * mamba +
                          static_cast<double>(m.gdn_layers) * gdn +

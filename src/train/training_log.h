@@ -35,6 +35,7 @@ struct FlopsModel {
   // value heads of DV, convolution width K (the --linear-* flags).
   int64_t gdn_layers = 0, gdn_key_head_dim = 0, gdn_value_head_dim = 0, gdn_num_key_heads = 0,
           gdn_num_value_heads = 0, gdn_conv_kernel = 0;
+  bool gdn_use_gdn2 = false;  // --experimental-attention-variant gdn2: in_proj gives 4·qk + 3·v rows (q, k, v, z, f, b, w)
 };
 
 // FLOPs of one forward+backward over `batch_size` sequences (Megatron's formula, §5).

@@ -362,7 +362,7 @@ TEST(GalePretrainGdn, RefusalsAreErrorsNamingTheFlags) {
        "gdn",
        "--linear-num-key-heads: expected a multiple of --tensor-model-parallel-size × --context-parallel-size "
        "(2 × 2 = 4: each rank holds 1/(TP·CP) of the Gated DeltaNet heads between the all-to-alls), found 2"},
-      {1, {"--linear-attention-freq", "2"}, "gdn2", "--experimental-attention-variant gdn2: not supported yet"},
+      {1, {}, "gdn2", "--experimental-attention-variant gdn2 needs --linear-attention-freq"},
       {1, {"--linear-attention-freq", "[1,0,1]"}, "gdn", "--linear-attention-freq: expected an integer >= 1 or a list of 4"},
       {1, {"--linear-attention-freq", "2", "--linear-num-value-heads", "3"}, "gdn",
        "--linear-num-value-heads: expected a multiple of --linear-num-key-heads (2), found 3"},

@@ -98,7 +98,7 @@ TEST(DsaFeature, IndexerFlagChecks) {
   };
   const Case cases[] = {
       {{"--dsa-indexer-topk", "4"}, "--dsa-indexer-topk needs --experimental-attention-variant dsa"},
-      {{"--experimental-attention-variant", "gdn2"}, "--experimental-attention-variant gdn2: not supported yet"},
+      {{"--experimental-attention-variant", "gdn2"}, "--experimental-attention-variant gdn2 needs --linear-attention-freq"},
       {{"--experimental-attention-variant", "gated_delta_net"},
        "--experimental-attention-variant gdn needs --linear-attention-freq"},
       {{"--experimental-attention-variant", "nsa"}, "expected dsa"},

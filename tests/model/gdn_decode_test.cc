@@ -3,7 +3,7 @@
 // sequence's; the mixer's prefill then single-token steps equal its whole-sequence forward; and a
 // tiny model with GDN and attention layers (G * G G *) decoded greedily with a KvCache — batch 1 and
 // 2, beams branching off a cache — gives the tokens and, within 1e-4 relative, the logits of
-// rerunning the whole sequence each step.
+// rerunning the whole sequence each step; Gated DeltaNet-2 layers (gdn2) decode the same way.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -70,13 +70,13 @@ TEST(CausalConv1dSequences, ContinuingFromTheStateEqualsTheWholeSequence) {
   EXPECT_EQ(done, len);
 }
 
-ModelConfig mixer_config() {
+ModelConfig mixer_config(bool gdn2 = false) {
   ModelConfig c;
   c.num_layers = 1;
   c.hidden = 24;
   c.rms_norm = true;
   c.gdn.enabled = true;
-  c.gdn.pattern = {1};
+  c.gdn.pattern = {gdn2 ? 2 : 1};
   c.gdn.num_key_heads = 2;
   c.gdn.num_value_heads = 4;
   c.gdn.key_head_dim = 8;
@@ -87,8 +87,8 @@ ModelConfig mixer_config() {
 
 // Two samples of 11 positions: gdn_forward over both, against a ragged prefill of 6 and 2 positions
 // from fresh states, then steps of one or two rows per sample (none for sample 0 at the end).
-TEST(GdnDecode, PrefillThenStepsEqualTheWholeSequenceForward) {
-  const ModelConfig c = mixer_config();
+void expect_prefill_then_steps_equal_the_whole_sequence(bool gdn2) {
+  const ModelConfig c = mixer_config(gdn2);
   const GdnDims d = GdnDims::of(c);
   ParamBuffer pb;
   const GdnParamIds ids = register_gdn_params(pb, c, 0);
@@ -138,6 +138,13 @@ TEST(GdnDecode, PrefillThenStepsEqualTheWholeSequenceForward) {
   EXPECT_LT(worst, 1e-5 * scale) << "largest difference " << worst << " of outputs up to " << scale;
 }
 
+TEST(GdnDecode, PrefillThenStepsEqualTheWholeSequenceForward) { expect_prefill_then_steps_equal_the_whole_sequence(false); }
+
+// Gated DeltaNet-2 (--experimental-attention-variant gdn2) keeps the same states.
+TEST(GdnDecode, Gdn2PrefillThenStepsEqualTheWholeSequenceForward) {
+  expect_prefill_then_steps_equal_the_whole_sequence(true);
+}
+
 class GdnModelDecodeTest : public testing::DecodingModelTest {
  protected:
   void SetUp() override { set_up(testing::tiny_gdn_config(), testing::make_gdn_state_carry); }
@@ -159,6 +166,20 @@ TEST_F(GdnModelDecodeTest, CachedGreedyDecodingEqualsTheFullForwardEachStep) {
 // states are its own).
 TEST_F(GdnModelDecodeTest, ClonedCachesBranchIndependently) {
   testing::expect_cloned_caches_branch_independently(*model_, {4, 17, 23, 9, 1, 50, 3, 12}, 6, 70);
+}
+
+// The same model with Gated DeltaNet-2 layers (pattern entries 2): its states decode as GDN's.
+class Gdn2ModelDecodeTest : public testing::DecodingModelTest {
+ protected:
+  void SetUp() override {
+    ModelConfig c = testing::tiny_gdn_config();
+    for (int& k : c.gdn.pattern) k *= 2;
+    set_up(c, testing::make_gdn_state_carry);
+  }
+};
+
+TEST_F(Gdn2ModelDecodeTest, CachedGreedyDecodingEqualsTheFullForwardEachStep) {
+  testing::expect_greedy_decoding_of_prompts(*model_, {1, 3, 19}, {{5, 9, 11, 2, 40, 7}, {33, 1, 8, 8, 60, 21}});
 }
 
 }  // namespace

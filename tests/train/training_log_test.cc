@@ -240,6 +240,20 @@ TEST(TrainingLog, HybridFlopsCountTheGatedDeltaNetLayers) {
   EXPECT_DOUBLE_EQ(num_floating_point_operations(m, 2), 151388160.0 + 7667712.0);
 }
 
+// With use_gdn2 (--experimental-attention-variant gdn2) Megatron's gdn_layer_flops sizes in_proj as
+// 4·qk + 3·v = 160 rows instead of 2·qk + 2·v + 2·NV = 104: the same two layers add 10420224.
+TEST(TrainingLog, HybridFlopsCountTheGatedDeltaNet2Layers) {
+  FlopsModel m = small_hybrid_flops_model();
+  m.gdn_layers = 2;
+  m.gdn_key_head_dim = 8;
+  m.gdn_value_head_dim = 8;
+  m.gdn_num_key_heads = 2;
+  m.gdn_num_value_heads = 4;
+  m.gdn_conv_kernel = 4;
+  m.gdn_use_gdn2 = true;
+  EXPECT_DOUBLE_EQ(num_floating_point_operations(m, 2), 151388160.0 + 10420224.0);
+}
+
 // Megatron-Core main's hybrid_flops with MTP: the logit GEMM (2·tokens·H·V) once per MTP depth more,
 // the depths' layers in the layer counts (the trainer adds the pattern's MTP layers, as Megatron's
 // get_hybrid_layer_counts): 2 depths of the first model above add 3 × 2 × 2·64·64·4224.
