@@ -118,6 +118,12 @@ static Status validate_mla_down_proj_fusion(const Arguments& a) {
 Status validate_mla_args(Arguments& a, const ArgParser& p) {
   ModelArgs& m = a.model;
   GALE_RETURN_IF_ERROR(validate_dsa_args(m, p));
+  // Megatron main's per-token mode sums the indexer's KL over rows (no 1/rows) and reduces it over
+  // the cp group instead of averaging (dsa.py); Gale's indexer loss has only the default scale.
+  if (a.training.calculate_per_token_loss && m.experimental_attention_variant == "dsa" && m.dsa_indexer_loss_coeff > 0.0)
+    return Unimplemented("--calculate-per-token-loss with --dsa-indexer-loss-coeff ", m.dsa_indexer_loss_coeff,
+                         ": not supported yet (Megatron sums the indexer's KL loss over the query rows in that mode; "
+                         "Gale's indexer loss is the mean over rows)");
   GALE_RETURN_IF_ERROR(validate_mla_down_proj_fusion(a));
   if (!m.multi_latent_attention) {
     for (const char* flag : {"--q-lora-rank", "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim"})

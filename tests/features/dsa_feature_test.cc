@@ -92,6 +92,8 @@ Status validated(const std::vector<std::string>& flags) { return validated_pretr
 
 TEST(DsaFeature, IndexerFlagChecks) {
   EXPECT_TRUE(validated(dsa_flags()).ok()) << validated(dsa_flags()).message();
+  // Per-token loss without an indexer loss (coefficient 0, the default) runs.
+  EXPECT_TRUE(validated(dsa_flags({"--calculate-per-token-loss"})).ok());
   struct Case {
     std::vector<std::string> flags;
     std::string expected;
@@ -106,6 +108,8 @@ TEST(DsaFeature, IndexerFlagChecks) {
         "--dsa-indexer-head-dim", "8"},
        "--dsa-indexer-topk: expected a positive integer with --experimental-attention-variant dsa, found none"},
       {dsa_flags({"--dsa-indexer-loss-coeff", "-1"}), "--dsa-indexer-loss-coeff: expected a non-negative number"},
+      {dsa_flags({"--dsa-indexer-loss-coeff", "0.5", "--calculate-per-token-loss"}),
+       "--calculate-per-token-loss with --dsa-indexer-loss-coeff 0.5: not supported yet"},
   };
   for (const Case& c : cases) {
     const Status s = validated(c.flags);

@@ -65,36 +65,10 @@ struct Mixer {
 
 void expect_documents_alone(const testing::PackedRows& rows) {
   Mixer m;
-  const int64_t S = rows.S, B = rows.B, H = m.c.hidden;
-  const double tol = 1e-5;
-  Tensor u = Tensor::empty({S * B, H}), r = Tensor::empty({S * B, H});
-  testing::fill_random(u.data<float>(), u.numel(), 5);
-  testing::fill_random(r.data<float>(), r.numel(), 6);
-  m.pb.zero_grads();
-  GdnSaved saved;
-  const Tensor out = m.forward(u, S, B, &saved, rows.starts());
-  const Tensor du = gdn_backward(m.d, m.weights(), saved, r, S, B);
-  const std::vector<std::vector<float>> packed_grads = m.grads();
-  m.pb.zero_grads();
-  for (int64_t b = 0; b < B; ++b) {
-    int64_t s0 = 0;
-    for (int64_t n : rows.lengths[b]) {
-      GdnSaved sd;
-      const Tensor od = m.forward(testing::PackedRows::take(u, B, b, s0, n), n, 1, &sd, {});
-      const Tensor dud = gdn_backward(m.d, m.weights(), sd, testing::PackedRows::take(r, B, b, s0, n), n, 1);
-      const Tensor po = testing::PackedRows::take(out, B, b, s0, n), pdu = testing::PackedRows::take(du, B, b, s0, n);
-      for (int64_t i = 0; i < od.numel(); ++i) {
-        ASSERT_NEAR(po.data<float>()[i], od.data<float>()[i], tol) << "out: row " << b << " document at " << s0;
-        ASSERT_NEAR(pdu.data<float>()[i], dud.data<float>()[i], tol) << "d u: row " << b << " document at " << s0;
-      }
-      s0 += n;
-    }
-  }
-  const std::vector<std::vector<float>> alone = m.grads();  // summed over the documents
-  for (size_t p = 0; p < alone.size(); ++p)
-    for (size_t i = 0; i < alone[p].size(); ++i)
-      ASSERT_NEAR(packed_grads[p][i], alone[p][i], 1e-4 * (1.0 + std::fabs(alone[p][i])))
-          << m.pb.spec(m.w.all()[p]).name << " [" << i << "]";
+  testing::expect_packed_as_documents_alone<GdnSaved>(
+      m, rows, 1e-5, 1e-4, [&](GdnSaved& saved, const Tensor& r, int64_t S, int64_t B) {
+        return gdn_backward(m.d, m.weights(), saved, r, S, B);
+      });
 }
 
 // Documents shorter than the convolution's window and of one position.
