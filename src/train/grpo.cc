@@ -435,11 +435,11 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, const 
     totals.add_loss_dict(loss_dict, step.applied);
     LossDict tracked;
     if (moe_layers > 0) {  // the selected load-balancing types under their tracker names, then z_loss
-      // (a skipped iteration adds 0, as the trainer: its fp16-overflowed values are not finite)
+      // (a skipped iteration's too, as the trainer)
       for (int kind : moe_tracked_aux_kinds(args.moe.moe_router_load_balancing_type,
                                             args.moe.moe_router_load_balancing_types))
-        tracked.emplace_back(kMoeAuxLossNames[kind], step.applied ? moe[kind] : 0.0);
-      if (!unset(args.moe.moe_z_loss_coeff)) tracked.emplace_back("z_loss", step.applied ? moe[kMoeAuxKinds] : 0.0);
+        tracked.emplace_back(kMoeAuxLossNames[kind], moe[kind]);
+      if (!unset(args.moe.moe_z_loss_coeff)) tracked.emplace_back("z_loss", moe[kMoeAuxKinds]);
     }
     for (size_t i = 0; i < mtp.size(); ++i) tracked.emplace_back(str_cat("mtp_", i + 1, " loss"), mtp[i]);
     totals.add_tracked(tracked);

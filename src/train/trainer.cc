@@ -789,14 +789,11 @@ Status Trainer::run() {
     totals.add_loss_dict(loss_dict, r.step.applied);
     LossDict tracked;
     if (args_.moe.enabled()) {  // Megatron's MoE tracker: the selected load-balancing types, then z_loss
-      // Megatron's tracker adds a skipped iteration's forward values too; Gale's are not finite in an
-      // fp16-overflowed iteration, so a skipped iteration adds 0 here (its keys still enter the dict
-      // then, in Megatron's order; docs/formats/log-line.md).
-      const bool counted = r.step.applied;
+      // Megatron's tracker adds every iteration's forward values, an fp16-skipped one's too.
       for (int kind : moe_tracked_aux_kinds(args_.moe.moe_router_load_balancing_type,
                                             args_.moe.moe_router_load_balancing_types))
-        tracked.emplace_back(kMoeAuxLossNames[kind], counted ? r.load_balancing_loss[kind] : 0.0);
-      if (!unset(args_.moe.moe_z_loss_coeff)) tracked.emplace_back("z_loss", counted ? r.z_loss : 0.0);
+        tracked.emplace_back(kMoeAuxLossNames[kind], r.load_balancing_loss[kind]);
+      if (!unset(args_.moe.moe_z_loss_coeff)) tracked.emplace_back("z_loss", r.z_loss);
     }
     for (size_t k = 0; k < r.mtp_losses.size(); ++k) tracked.emplace_back(str_cat("mtp_", k + 1, " loss"), r.mtp_losses[k]);
     if (r.indexer_loss >= 0.0) tracked.emplace_back("indexer loss", r.indexer_loss);
