@@ -147,6 +147,9 @@ struct ModelArgs {
   double hybrid_attention_ratio = 0.0;
   double hybrid_mlp_ratio = 0.0;
   std::string hybrid_override_pattern;  // "" (None)
+  // Megatron main's deprecated --mtp-hybrid-override-pattern ("": None): validation folds it into
+  // hybrid_override_pattern's '/' depths (train/arguments_hybrid.cc).
+  std::string mtp_hybrid_override_pattern;
   int64_t mamba_state_dim = 128;
   int64_t mamba_head_dim = 64;
   int64_t mamba_num_groups = 8;
@@ -768,6 +771,9 @@ struct LoggingArgs {
   bool log_validation_ppl_to_tensorboard = false;
   bool log_memory_to_tensorboard = false;
   bool log_world_size_to_tensorboard = false;
+  // Megatron main's --log-memory-interval N (None: unset): every N-th iteration, a multiple of
+  // --log-interval, prints the memory report line (train/memory_report.h) after the log line.
+  int64_t log_memory_interval = kUnset;
   // Weights & Biases (Megatron's flags; the last rank writes an offline run for `wandb sync`,
   // docs/formats/wandb.md): empty project: no W&B run.
   std::string wandb_project, wandb_exp_name;

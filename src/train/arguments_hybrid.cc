@@ -6,18 +6,6 @@
 
 namespace gale {
 
-namespace {
-
-// Megatron main's deprecated --mtp-hybrid-override-pattern ("": None). It lives only between the
-// command line and resolve_hybrid_layer_pattern, which folds it into the pattern's '/' depths, so it
-// is kept here rather than in ModelArgs: each parser's registration (add_hybrid_args) clears it.
-std::string& legacy_mtp_pattern() {
-  static std::string pattern;
-  return pattern;
-}
-
-}  // namespace
-
 void add_hybrid_args(ArgParser& p, ModelArgs& a) {
   p.group("hybrid Mamba model");
   p.add_flag("--is-hybrid-model", &a.is_hybrid_model,
@@ -38,8 +26,7 @@ void add_hybrid_args(ArgParser& p, ModelArgs& a) {
         "their count; '|' between pipeline stages (segment k on rank k mod --pipeline-model-parallel-size, virtual stage k / PP: "
         "interleaved when there are more segments than ranks), '/' before "
         "each multi-token-prediction depth's layers (any symbol but '|' and D; --mtp-num-layers their count)");
-  legacy_mtp_pattern().clear();
-  p.add("--mtp-hybrid-override-pattern", &legacy_mtp_pattern(),
+  p.add("--mtp-hybrid-override-pattern", &a.mtp_hybrid_override_pattern,
         "deprecated in Megatron main (kept for old checkpoints): one multi-token-prediction depth's layer symbols; "
         "with --mtp-num-layers N and a pattern without '/', the pattern becomes '<pattern>/<this>' repeated N times");
   p.add("--mamba-state-dim", &a.mamba_state_dim, "the Mamba mixer's state size d_state (N)");
@@ -90,9 +77,11 @@ namespace {
 // Megatron main's backward compatibility for --mtp-hybrid-override-pattern (arguments.py): with
 // --mtp-num-layers N > 0 and a pattern without '/', the pattern becomes "<main>/<mtp>" with N
 // depths; otherwise the flag is ignored (a GPT model's MTP layers repeat the decoder's layer).
+// The flag is consumed (cleared) here, so a second validation of the same arguments does nothing.
 Status convert_legacy_mtp_pattern(ModelArgs& m) {
-  const std::string mtp = legacy_mtp_pattern();
+  const std::string mtp = m.mtp_hybrid_override_pattern;
   if (mtp.empty()) return Status::Ok();
+  m.mtp_hybrid_override_pattern.clear();
   warn_rank0("--mtp-hybrid-override-pattern is deprecated. For new hybrid models with MTP, use unified "
              "--hybrid-layer-pattern instead. Example: 'M*M*/MM/MM' means main='M*M*', MTP pattern='MM' with 2 "
              "depths. This argument is kept only for loading old checkpoints.");
