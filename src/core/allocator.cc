@@ -23,6 +23,12 @@ size_t cache_size_class(size_t bytes) {
 }
 }  // namespace
 
+void Allocator::raise_max_reserved(int64_t now) {
+  int64_t seen = max_reserved_.load(std::memory_order_relaxed);
+  while (now > seen && !max_reserved_.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
+  }
+}
+
 void* Allocator::allocate(size_t bytes) {
   if (bytes == 0) return nullptr;
   void* p = nullptr;
@@ -41,13 +47,16 @@ void* Allocator::allocate(size_t bytes) {
       p = std::aligned_alloc(kPageBytes, cls);
       if (p != nullptr) {
         block_class_[p] = cls;
-        reserved_.fetch_add(static_cast<int64_t>(cls), std::memory_order_relaxed);
+        raise_max_reserved(reserved_.fetch_add(static_cast<int64_t>(cls), std::memory_order_relaxed) +
+                           static_cast<int64_t>(cls));
       }
     }
   } else {
     const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
     p = std::aligned_alloc(kAlignment, rounded);
-    if (p != nullptr) reserved_.fetch_add(static_cast<int64_t>(rounded), std::memory_order_relaxed);
+    if (p != nullptr)
+      raise_max_reserved(reserved_.fetch_add(static_cast<int64_t>(rounded), std::memory_order_relaxed) +
+                         static_cast<int64_t>(rounded));
   }
   GALE_CHECK(p != nullptr) << "out of host memory allocating " << bytes << " bytes";
   int64_t now = current_.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed) + static_cast<int64_t>(bytes);

@@ -46,6 +46,10 @@ class Allocator {
   // Bytes this allocator holds from the system: every live block at its allocated size (64-byte
   // multiple, or the size class of a large block) plus the free-block cache.
   int64_t reserved_bytes() const { return reserved_.load(std::memory_order_relaxed); }
+  // The highest reserved_bytes() and current_bytes() since the process started (reset_peak()
+  // leaves both): torch.cuda's max_memory_reserved / max_memory_allocated in Megatron's report.
+  int64_t max_reserved_bytes() const { return max_reserved_.load(std::memory_order_relaxed); }
+  int64_t max_live_bytes() const { return max_live_.load(std::memory_order_relaxed); }
   void reset_peak() { peak_.store(current_bytes(), std::memory_order_relaxed); }
   // A second high-water mark, independent of peak_bytes(): what --smart-swap's sampling
   // (model/smart_swap.h) reads between two points of an iteration without disturbing a caller's
@@ -60,6 +64,8 @@ class Allocator {
   MemoryHistory* history() const { return history_.load(std::memory_order_relaxed); }
 
  private:
+  void raise_max_reserved(int64_t now);
+
   std::atomic<MemoryHistory*> history_{nullptr};
   std::atomic<int64_t> current_{0};
   std::atomic<int64_t> peak_{0};
@@ -68,6 +74,7 @@ class Allocator {
   std::atomic<int64_t> live_{0};
   std::atomic<int64_t> reserved_{0};
   std::atomic<int64_t> max_live_{0};  // the highest current_bytes() ever (reset_peak leaves it)
+  std::atomic<int64_t> max_reserved_{0};  // the highest reserved_bytes() ever
   mutable std::mutex cache_mutex_;
   std::map<size_t, std::vector<void*>> cache_;  // size class -> free blocks of that class
   std::unordered_map<void*, size_t> block_class_;  // every live or cached block of the cache's sizes

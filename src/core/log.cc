@@ -56,6 +56,8 @@ void print_all(const std::string& line) {
   write_lines(prefix, line);
 }
 
+void print_here(const std::string& line) { write_lines("", line); }
+
 void warn_rank0(const std::string& line) {
   if (!is_first_rank()) return;
   std::fprintf(stderr, "WARNING: %s\n", line.c_str());

@@ -21,6 +21,7 @@ bool is_last_rank();
 void print_rank0(const std::string& line);
 void print_rank_last(const std::string& line);
 void print_all(const std::string& line);  // prefixed "[rank N] " when world > 1
+void print_here(const std::string& line);  // this rank, unprefixed (the line names its rank itself)
 void warn_rank0(const std::string& line);  // "WARNING: ..." on stderr, rank 0 only
 
 // "2025-05-20 15:48:49" in local time, as Megatron's log line shows it.

@@ -667,6 +667,9 @@ void add_logging_args(ArgParser& p, LoggingArgs& a) {
   p.add_flag("--log-memory-to-tensorboard", &a.log_memory_to_tensorboard,
              "write the host allocator's byte counts to TensorBoard");
   p.add_flag("--log-world-size-to-tensorboard", &a.log_world_size_to_tensorboard, "write world-size to TensorBoard");
+  p.add("--log-memory-interval", &a.log_memory_interval,
+        "Megatron main's: every N iterations (a multiple of --log-interval) print the memory report line "
+        "\"[Rank R] (after N iterations) memory (MB) | allocated: ...\" after the log line");
 }
 
 void add_all_pretrain_args(ArgParser& p, Arguments& a) {
@@ -1047,6 +1050,9 @@ Status validate_training_args(Arguments& a, const ArgParser& p) {
                            t.check_weight_hash_across_dp_replicas_interval);
   LoggingArgs& l = a.logging;
   if (l.log_interval <= 0) return InvalidArgument("--log-interval: expected a positive integer, found ", l.log_interval);
+  if (l.log_memory_interval != kUnset && (l.log_memory_interval <= 0 || l.log_memory_interval % l.log_interval != 0))
+    return InvalidArgument("--log-memory-interval: expected a positive multiple of --log-interval ", l.log_interval,
+                           " (as Megatron asserts), found ", l.log_memory_interval);
   if (l.straggler_ctrlr_port < 1 || l.straggler_ctrlr_port > 65535)
     return InvalidArgument("--straggler-ctrlr-port: expected a TCP port in [1, 65535], found ", l.straggler_ctrlr_port);
   if (l.straggler_minmax_count < 1)
