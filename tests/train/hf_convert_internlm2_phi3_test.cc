@@ -262,6 +262,19 @@ TEST(HfConvert, InternLM2AndPhi3ToMegatronsFormat) {
     const Golden g = read_golden(name);
     EXPECT_LT(compare(logits_of(*load_model(tmp.file("gale"))->model, g.tokens), g).max_diff, kLogitTolerance) << name;
   }
+  // Megatron's --rotary-seq-len-interpolation-factor is an int: a factor of 1.5 has no place in its args.
+  TempDir tmp;
+  const std::string dir = copy_fixture(tmp, "internlm2");
+  edit_config(dir, [](nlohmann::json& j) { j["rope_scaling"]["factor"] = 1.5; });
+  MegatronConvertOptions mg;
+  mg.from = ModelFormat::kHf;
+  mg.to = ModelFormat::kMegatron;
+  mg.load_dir = dir;
+  mg.save_dir = tmp.file("mg");
+  EXPECT_EQ(convert_megatron(mg, quiet).message(),
+            "--rotary-seq-len-interpolation-factor 1.5: Megatron's flag is an integer (type=int), so its checkpoint "
+            "args cannot hold this factor");
+  EXPECT_FALSE(std::filesystem::exists(tmp.file("mg/latest_checkpointed_iteration.txt")));
 }
 
 }  // namespace
