@@ -7,6 +7,7 @@
 // architecture, Megatron's format, and the refusals.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -97,6 +98,24 @@ TEST(HfConvertInternLM2, WrittenBackWithInternLM2sConfigKeys) {
     EXPECT_EQ(out[key], src[key]) << key;
   EXPECT_FALSE(out.contains("head_dim"));
   EXPECT_EQ(out["auto_map"]["AutoModelForCausalLM"], "modeling_internlm2.InternLM2ForCausalLM");
+}
+
+// tie_word_embeddings true: output.weight (if the files hold it) is the embedding's tie, left unread; the
+// way back writes no output.weight.
+TEST(HfConvertInternLM2, TiedOutputIsTheEmbedding) {
+  TempDir tmp;
+  const std::string dir = copy_fixture(tmp, "internlm2");
+  edit_config(dir, [](nlohmann::json& j) { j["tie_word_embeddings"] = true; });
+  ASSERT_TRUE(convert_hf_to_gale(to_gale(dir, tmp.file("gale")), quiet).ok());
+  auto r = CheckpointReader::open(tmp.file("gale")).value();
+  EXPECT_EQ(r.section("args").value()["untie_embeddings_and_output_weights"], false);
+  const std::vector<std::string> names = r.tensor_names();
+  EXPECT_EQ(std::count(names.begin(), names.end(), "output_layer.weight"), 0);
+  ASSERT_TRUE(convert_gale_to_hf(to_hf(tmp.file("gale"), tmp.file("hf")), quiet).ok());
+  EXPECT_EQ(read_json(tmp.file("hf/config.json"))["tie_word_embeddings"], true);
+  auto f = SafetensorsFile::open(tmp.file("hf/model.safetensors")).value();
+  for (const SafetensorsEntry& e : f.entries()) EXPECT_NE(e.name, "output.weight");
+  EXPECT_EQ(f.entries().size(), 2u + 7u * 2u);  // embedding, final norm, 7 tensors per layer
 }
 
 TEST(HfConvertErrors, InternLM2OptionsGaleDoesNotHave) {
