@@ -22,6 +22,8 @@ const char* hf_architecture_name(HfArchitecture a) {
     case HfArchitecture::kQwen3Next: return "Qwen3NextForCausalLM";
     case HfArchitecture::kBloom: return "BloomForCausalLM";
     case HfArchitecture::kGptOss: return "GptOssForCausalLM";
+    case HfArchitecture::kInternLM2: return "InternLM2ForCausalLM";
+    case HfArchitecture::kPhi3: return "Phi3ForCausalLM";
   }
   return "?";
 }
@@ -686,6 +688,52 @@ Status read_gpt_oss(const ConfigReader& c, HfModel& out) {
   return Status::Ok();
 }
 
+// InternLM2's own keys: "bias" (InternLM2Config's default true: wqkv and wo biases, which Megatron's
+// --add-bias-linear would extend to the MLP) must be false; rope_scaling {"type", "factor"} is linear
+// (-> --rotary-seq-len-interpolation-factor) or dynamic NTK, which InternLM2DynamicNTKScalingRotaryEmbedding
+// applies only past max_position_embeddings: plain RoPE up to there (kept for the way back).
+Status read_internlm2(const ConfigReader& c, HfModel& out) {
+  GALE_ASSIGN_OR_RETURN(bool bias, c.boolean("bias", true));
+  if (bias)
+    return Unimplemented(c.path(), ": 'bias' = ", c.set("bias") ? c.dump("bias") : std::string("absent (InternLM2Config's "
+                         "default true)"), " is not supported yet (biases on attention.wqkv and attention.wo only; "
+                         "Megatron's --add-bias-linear also puts them on the MLP)");
+  if (!c.set("rope_scaling")) return Status::Ok();
+  const nlohmann::json& j = c.json().at("rope_scaling");
+  const std::string why = "InternLM2's rope_scaling is {\"type\": \"linear\" or \"dynamic\", \"factor\": >= 1}; Gale "
+                          "reads linear as --rotary-seq-len-interpolation-factor and dynamic as plain RoPE up to "
+                          "max_position_embeddings";
+  if (!j.is_object() || !j.contains("factor") || !j["factor"].is_number() || j["factor"].get<double>() < 1.0)
+    return refuse(c, "rope_scaling", why);
+  const std::string type = j.value("type", j.value("rope_type", std::string()));
+  const double factor = j["factor"].get<double>();
+  if (type == "linear") {
+    out.model.rotary_seq_len_interpolation_factor = factor;
+  } else if (type == "dynamic") {
+    out.internlm2_dynamic_rope = j;
+    out.warnings.push_back(str_cat(c.path(), ": rope_scaling dynamic (factor ", factor, ") is read as plain RoPE: "
+                                   "InternLM2 rescales RoPE only for sequences longer than max_position_embeddings ",
+                                   out.model.max_position_embeddings, ", which Gale does not do (exact up to --seq-length ",
+                                   out.model.max_position_embeddings, ")"));
+  } else {
+    return refuse(c, "rope_scaling", why);
+  }
+  return Status::Ok();
+}
+
+// Phi-3's own keys: partial_rotary_factor 1 only, rope_scaling null only (longrope / su refused),
+// sliding_window as Mistral's (read_sliding_window).
+Status read_phi3(const ConfigReader& c, ModelArgs* m) {
+  GALE_ASSIGN_OR_RETURN(double partial, c.number("partial_rotary_factor", 1.0));
+  if (partial != 1.0)
+    return refuse(c, "partial_rotary_factor", "Phi3ForCausalLM is read with RoPE over the whole head only");
+  if (c.set("rope_scaling"))
+    return refuse(c, "rope_scaling", "Phi-3's longrope (per-dimension short_factor / long_factor switched on the "
+                  "sequence length past original_max_position_embeddings, cos/sin scaled by sqrt(1 + ln(s) / "
+                  "ln(original))) is not in Gale's RoPE; only rope_scaling null (the 4k models) is read");
+  return read_sliding_window(c, m->num_layers, /*mistral_like=*/true, /*mistral=*/false, /*per_layer=*/false, m);
+}
+
 Status read_llama_family(const ConfigReader& c, const nlohmann::json& j, HfModel& out) {
   ModelArgs& m = out.model;
   GALE_ASSIGN_OR_RETURN(m.hidden_size, c.positive("hidden_size"));
@@ -703,13 +751,24 @@ Status read_llama_family(const ConfigReader& c, const nlohmann::json& j, HfModel
   if (m.num_attention_heads % m.num_kv_heads != 0)
     return InvalidArgument(c.path(), ": num_attention_heads ", m.num_attention_heads,
                            " is not a multiple of num_key_value_heads ", m.num_kv_heads);
+  if ((out.arch == HfArchitecture::kInternLM2 || out.arch == HfArchitecture::kPhi3) &&
+      (m.hidden_size % m.num_attention_heads != 0 || m.kv_channels != default_head_dim))
+    return InvalidArgument(c.path(), ": ", hf_architecture_name(out.arch), " has heads of hidden_size / "
+                           "num_attention_heads: expected hidden_size ", m.hidden_size, " to be a multiple of ",
+                           m.num_attention_heads, " and no other head_dim, found head_dim ", m.kv_channels);
   GALE_ASSIGN_OR_RETURN(std::string act, c.string("hidden_act", "silu"));
   if (act != "silu") return refuse(c, "hidden_act", "the MLP is SwiGLU: silu(gate) * up");
   GALE_ASSIGN_OR_RETURN(double theta, c.number("rope_theta", 10000.0));
   if (theta <= 0 || theta != std::floor(theta) || theta > 9.0e15)
     return refuse(c, "rope_theta", "Megatron's --rotary-base is a positive integer");
   m.rotary_base = static_cast<int64_t>(theta);
-  if (c.set("rope_scaling")) GALE_RETURN_IF_ERROR(read_llama_rope_scaling(c, &m));
+  if (out.arch == HfArchitecture::kInternLM2) {
+    GALE_RETURN_IF_ERROR(read_internlm2(c, out));
+  } else if (out.arch == HfArchitecture::kPhi3) {
+    GALE_RETURN_IF_ERROR(read_phi3(c, &m));
+  } else if (c.set("rope_scaling")) {
+    GALE_RETURN_IF_ERROR(read_llama_rope_scaling(c, &m));
+  }
   GALE_ASSIGN_OR_RETURN(bool attention_bias, c.boolean("attention_bias", false));
   if (attention_bias) return refuse(c, "attention_bias", "biases on q/k/v/o; Qwen2's q/k/v-only bias is supported");
   GALE_ASSIGN_OR_RETURN(bool mlp_bias, c.boolean("mlp_bias", false));
@@ -1020,6 +1079,33 @@ void add_deepseek_v3_config(const HfModel& hf, nlohmann::json* out) {
   j["first_k_dense_replace"] = dense;
 }
 
+// InternLM2's keys (modeling_internlm2.py, loaded with trust_remote_code): no head_dim, "bias" false,
+// rope_scaling {"type", "factor"} (linear, or the dynamic one the import kept).
+void add_internlm2_config(const HfModel& hf, nlohmann::json* j) {
+  j->erase("head_dim");
+  (*j)["bias"] = false;
+  (*j)["attn_implementation"] = "eager";
+  (*j)["pretraining_tp"] = 1;
+  (*j)["auto_map"] = {{"AutoConfig", "configuration_internlm2.InternLM2Config"},
+                      {"AutoModel", "modeling_internlm2.InternLM2ForCausalLM"},
+                      {"AutoModelForCausalLM", "modeling_internlm2.InternLM2ForCausalLM"}};
+  if (!unset(hf.model.rotary_seq_len_interpolation_factor))
+    (*j)["rope_scaling"] = {{"type", "linear"}, {"factor", hf.model.rotary_seq_len_interpolation_factor}};
+  else if (!hf.internlm2_dynamic_rope.is_null())
+    (*j)["rope_scaling"] = hf.internlm2_dynamic_rope;
+}
+
+// Phi-3's keys: no head_dim, RoPE over the whole head, no rope_scaling, Mistral's sliding_window.
+void add_phi3_config(const HfModel& hf, nlohmann::json* j) {
+  const ModelArgs& m = hf.model;
+  j->erase("head_dim");
+  (*j)["original_max_position_embeddings"] = m.max_position_embeddings;
+  (*j)["partial_rotary_factor"] = 1.0;
+  (*j)["sliding_window"] = m.sliding_window != kUnset ? nlohmann::json(m.sliding_window) : nlohmann::json();
+  (*j)["attention_bias"] = false;
+  (*j)["resid_pdrop"] = (*j)["embd_pdrop"] = 0.0;
+}
+
 // transformers 5.x saves RoPE as "rope_parameters" {"rope_type", "rope_theta", scaling keys...} and the
 // precision as "dtype": the 4.x keys (rope_theta, rope_scaling, torch_dtype) the readers take.
 StatusOr<nlohmann::json> with_transformers4_keys(const nlohmann::json& config, const std::string& path) {
@@ -1068,11 +1154,14 @@ StatusOr<HfModel> hf_model_from_config(const nlohmann::json& raw_config, const s
   else if (name == "Qwen3NextForCausalLM") out.arch = HfArchitecture::kQwen3Next;
   else if (name == "BloomForCausalLM") out.arch = HfArchitecture::kBloom;
   else if (name == "GptOssForCausalLM") out.arch = HfArchitecture::kGptOss;
+  else if (name == "InternLM2ForCausalLM") out.arch = HfArchitecture::kInternLM2;
+  else if (name == "Phi3ForCausalLM") out.arch = HfArchitecture::kPhi3;
   else
     return Unimplemented(path, ": architecture '", name,
                          "' is not supported yet (supported: GPT2LMHeadModel, BloomForCausalLM, LlamaForCausalLM, "
                          "Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, MixtralForCausalLM, "
-                         "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Qwen3NextForCausalLM, DeepseekV3ForCausalLM, GptOssForCausalLM)");
+                         "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Qwen3NextForCausalLM, DeepseekV3ForCausalLM, GptOssForCausalLM, "
+                         "InternLM2ForCausalLM, Phi3ForCausalLM)");
   GALE_RETURN_IF_ERROR(out.arch == HfArchitecture::kGpt2         ? read_gpt2(c, out)
                        : out.arch == HfArchitecture::kBloom      ? read_bloom(c, out)
                        : out.arch == HfArchitecture::kDeepseekV3 ? read_deepseek_v3(c, out)
@@ -1281,6 +1370,8 @@ nlohmann::json hf_config_json(const HfModel& hf, const std::string& torch_dtype)
                       : hf.arch == HfArchitecture::kQwen3    ? "qwen3"
                       : hf.arch == HfArchitecture::kQwen3Moe ? "qwen3_moe"
                       : hf.arch == HfArchitecture::kQwen3Next ? "qwen3_next"
+                      : hf.arch == HfArchitecture::kInternLM2 ? "internlm2"
+                      : hf.arch == HfArchitecture::kPhi3     ? "phi3"
                                                              : "llama";
     j["hidden_size"] = m.hidden_size;
     j["num_hidden_layers"] = m.num_layers;
@@ -1340,6 +1431,10 @@ nlohmann::json hf_config_json(const HfModel& hf, const std::string& torch_dtype)
       add_qwen3_next_config(hf, &j);
     } else if (hf.arch == HfArchitecture::kMistral) {
       j["sliding_window"] = m.sliding_window;
+    } else if (hf.arch == HfArchitecture::kInternLM2) {
+      add_internlm2_config(hf, &j);
+    } else if (hf.arch == HfArchitecture::kPhi3) {
+      add_phi3_config(hf, &j);
     } else {
       j["attention_bias"] = false;
       j["mlp_bias"] = false;
@@ -1348,6 +1443,33 @@ nlohmann::json hf_config_json(const HfModel& hf, const std::string& torch_dtype)
   j["vocab_size"] = hf.vocab_size;
   j["torch_dtype"] = torch_dtype;
   return j;
+}
+
+std::string hf_keep_source_architecture(HfModel* m, const nlohmann::json& hf_source) {
+  if (!hf_source.is_object() || !hf_source.contains("architecture") || !hf_source["architecture"].is_string())
+    return "";
+  const std::string source = hf_source["architecture"].get<std::string>();
+  const bool internlm2 = source == hf_architecture_name(HfArchitecture::kInternLM2);
+  if (!internlm2 && source != hf_architecture_name(HfArchitecture::kPhi3)) return "";
+  const ModelArgs& a = m->model;
+  std::string why;
+  if (a.kv_channels * a.num_attention_heads != a.hidden_size)
+    why = str_cat("--kv-channels ", a.kv_channels, " is not hidden / heads");
+  else if (a.position_embedding_type != "rope" || a.use_rope_scaling)
+    why = "its RoPE scaling (yarn or llama3) has no place in its config";
+  else if (internlm2 && m->arch != HfArchitecture::kLlama)
+    why = str_cat("it is a ", hf_architecture_name(m->arch), " (biases, norms, a window or experts InternLM2 lacks)");
+  else if (!internlm2 && m->arch != HfArchitecture::kLlama && m->arch != HfArchitecture::kMistral)
+    why = str_cat("it is a ", hf_architecture_name(m->arch), " (biases, norms or experts Phi-3 lacks)");
+  else if (!internlm2 && !unset(a.rotary_seq_len_interpolation_factor))
+    why = "Phi-3 has no linear RoPE interpolation (--rotary-seq-len-interpolation-factor)";
+  if (!why.empty())
+    return str_cat("the checkpoint was converted from ", source, ", which cannot hold it (", why, "): writing it as ",
+                   hf_architecture_name(m->arch));
+  m->arch = internlm2 ? HfArchitecture::kInternLM2 : HfArchitecture::kPhi3;
+  if (internlm2 && unset(a.rotary_seq_len_interpolation_factor) && hf_source.contains("rope_scaling"))
+    m->internlm2_dynamic_rope = hf_source["rope_scaling"];
+  return "";
 }
 
 }  // namespace gale

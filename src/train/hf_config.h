@@ -81,6 +81,20 @@
 //                       activation (--quick-geglu --glu-linear-offset 1 --activation-func-clamp-value 7;
 //                       swiglu_limit must be 7, which transformers hard-codes). Refused: quantization_config
 //                       (MXFP4 checkpoints: only bf16 / f32 safetensors are read).
+//   InternLM2ForCausalLM InternLM2 / InternLM2.5 (trust_remote_code): LLaMA's block under InternLM2's names, its
+//                       fused attention.wqkv already in Megatron's per-group [q heads; k; v] layout; "bias" must
+//                       be false (absent: InternLM2Config's default true, refused: Megatron's biases cover the
+//                       MLP too). rope_scaling {"type": "linear", "factor": F} -> --rotary-seq-len-interpolation-factor
+//                       F; {"type": "dynamic", "factor": F} (dynamic NTK) changes nothing up to
+//                       max_position_embeddings P and is read as plain RoPE at --seq-length P, with a warning, and
+//                       written back from the checkpoint's hf_source; anything else is refused.
+//   Phi3ForCausalLM     Phi-3 / Phi-3.5-mini: LLaMA's block with fused self_attn.qkv_proj [q; k; v] and
+//                       mlp.gate_up_proj [gate; up]; sliding_window W -> --sliding-window W as Mistral's (none
+//                       when null or at least max_position_embeddings); partial_rotary_factor must be 1;
+//                       rope_scaling must be null: longrope / su (per-dimension short_factor / long_factor chosen
+//                       by the sequence length, cos/sin scaled by sqrt(1 + ln(s) / ln(original))) is refused.
+// A Gale checkpoint converted from InternLM2 or Phi-3 records that in its hf_source section and is written
+// back in the same architecture when its flags still fit it (hf_keep_source_architecture).
 //
 // Anything else in config.json that changes the model (rope_scaling, attention_bias, another
 // hidden_act, a per-layer sliding window, ...) is refused with one line naming the file and the key.
@@ -96,7 +110,8 @@
 namespace gale {
 
 enum class HfArchitecture {
-  kGpt2, kLlama, kQwen2, kMistral, kMixtral, kQwen2Moe, kDeepseekV3, kQwen3, kBloom, kQwen3Moe, kQwen3Next, kGptOss
+  kGpt2, kLlama, kQwen2, kMistral, kMixtral, kQwen2Moe, kDeepseekV3, kQwen3, kBloom, kQwen3Moe, kQwen3Next, kGptOss,
+  kInternLM2, kPhi3
 };
 
 // "GPT2LMHeadModel", "LlamaForCausalLM", ...
@@ -120,6 +135,8 @@ struct HfModel {
   int64_t mtp_layers = 0;
   int64_t mtp_layers_in_files = 0;
   std::vector<std::string> warnings;    // accepted differences, printed by the caller
+  // InternLM2's rope_scaling {"type": "dynamic", ...} as config.json gave it (read as plain RoPE); null otherwise.
+  nlohmann::json internlm2_dynamic_rope;
 };
 
 // Reads an HF config (the parsed config.json at `path`) and pads the vocabulary as Megatron does:
@@ -133,6 +150,13 @@ StatusOr<HfModel> hf_model_from_config(const nlohmann::json& config, const std::
 // `where` names the checkpoint.
 StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int64_t vocab_size,
                                      const std::string& where);
+
+// A checkpoint converted from InternLM2ForCausalLM or Phi3ForCausalLM (`hf_source`: its "hf_source" section,
+// {"architecture", "rope_scaling"}) is written back as that architecture when `m` (from hf_model_from_args) is a
+// LLaMA (InternLM2: plain or linear-interpolated RoPE) or Mistral (Phi-3) with head_dim = hidden / heads and no
+// RoPE scaling Phi-3 lacks. Returns a line for the log when the recorded architecture cannot hold the model
+// (it is then written as m->arch), else "".
+std::string hf_keep_source_architecture(HfModel* m, const nlohmann::json& hf_source);
 
 // The config.json transformers reads for `m` ("torch_dtype" = `torch_dtype`, e.g. "float32").
 nlohmann::json hf_config_json(const HfModel& m, const std::string& torch_dtype);

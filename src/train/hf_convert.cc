@@ -35,6 +35,8 @@ Status check_model_type_hf(const std::string& given, const HfModel& m, const std
                              : given.rfind("gpt2", 0) == 0 ? "gpt2"
                              : given.rfind("bloom", 0) == 0 ? "bloom"
                              : given.rfind("gpt_oss", 0) == 0 || given.rfind("gpt-oss", 0) == 0 ? "gpt_oss"
+                             : given.rfind("internlm2", 0) == 0 ? "internlm2"
+                             : given.rfind("phi3", 0) == 0 ? "phi3"
                                                            : "";
   const char* expected = m.arch == HfArchitecture::kGpt2    ? "gpt2"
                          : m.arch == HfArchitecture::kGptOss ? "gpt_oss"
@@ -45,9 +47,11 @@ Status check_model_type_hf(const std::string& given, const HfModel& m, const std
                              ? "qwen3"
                          : m.arch == HfArchitecture::kMistral ? "mistral"
                          : m.arch == HfArchitecture::kMixtral ? "mixtral"
+                         : m.arch == HfArchitecture::kInternLM2 ? "internlm2"
+                         : m.arch == HfArchitecture::kPhi3    ? "phi3"
                                                               : "llama";
   if (family.empty())
-    return InvalidArgument("--model-type-hf ", given, ": expected one of gpt2, bloom, llama, llama2, llama3, qwen2, qwen3, mistral, mixtral, gpt_oss");
+    return InvalidArgument("--model-type-hf ", given, ": expected one of gpt2, bloom, llama, llama2, llama3, qwen2, qwen3, mistral, mixtral, gpt_oss, internlm2, phi3");
   if (family != expected)
     return InvalidArgument("--model-type-hf ", given, " does not match ", config_path, ", which describes a ",
                            hf_architecture_name(m.arch));
@@ -161,6 +165,13 @@ Status convert_hf_to_gale(const HfToGaleOptions& o, const ConvertLog& log) {
                 m.model.window_attn_pattern.empty() ? std::string(" in every layer")
                                                     : " --window-attn-skip-freq " + m.model.window_attn_skip_freq,
                 " (1: sliding_attention)"));
+  if (m.arch == HfArchitecture::kInternLM2 || m.arch == HfArchitecture::kPhi3)
+    log(str_cat(m.arch == HfArchitecture::kInternLM2 ? "InternLM2: attention.wqkv copied as Megatron's grouped linear_qkv"
+                                                     : "Phi-3: qkv_proj regrouped per key/value group, gate_up_proj as linear_fc1",
+                !unset(m.model.rotary_seq_len_interpolation_factor)
+                    ? str_cat(", --rotary-seq-len-interpolation-factor ", m.model.rotary_seq_len_interpolation_factor)
+                    : std::string(),
+                m.model.sliding_window != kUnset ? str_cat(", --sliding-window ", m.model.sliding_window) : std::string()));
   if (m.arch == HfArchitecture::kQwen3Moe)
     log(str_cat("no shared expert; MoE layers ", m.moe.moe_layer_freq, ", routing ",
                 m.moe.moe_router_pre_softmax ? "--moe-router-pre-softmax (norm_topk_prob false)"
@@ -216,6 +227,8 @@ Status convert_hf_to_gale(const HfToGaleOptions& o, const ConvertLog& log) {
   sections["hf_source"] = {{"architecture", hf_architecture_name(m.arch)},
                            {"directory", o.load_dir},
                            {"torch_dtype", m.torch_dtype}};
+  // InternLM2's dynamic NTK rope_scaling (read as plain RoPE), written back by `gale convert` to HF.
+  if (!m.internlm2_dynamic_rope.is_null()) sections["hf_source"]["rope_scaling"] = m.internlm2_dynamic_rope;
   GALE_RETURN_IF_ERROR(w.commit(sections));
   log(str_cat("saved ", tensors.size(), " tensors (", dtype_name(store), ", ",
               store == DType::kBF16 ? "the source's precision" : "exact for every source precision", ") to ",
@@ -254,6 +267,11 @@ Status convert_gale_to_hf(const GaleToHfOptions& o, const ConvertLog& log) {
                 " rows of the padded vocabulary (pass --vocab-size to drop the padding)"));
   }
   GALE_ASSIGN_OR_RETURN(HfModel m, hf_model_from_args(model, moe, vocab, where));
+  // InternLM2 and Phi-3 are LLaMA-shaped in Gale's flags: the architecture converted from, when it still fits.
+  if (auto source = r.section("hf_source"); source.ok()) {
+    const std::string note = hf_keep_source_architecture(&m, *source);
+    if (!note.empty()) log("warning: " + note);
+  }
   if (o.use_ema) log("writing the parameter EMA (optimizer.ema_params.*) instead of the trained weights");
   log(str_cat("converting ", r.directory(), " (iteration ", r.iteration(), ") to ", hf_architecture_name(m.arch),
               ": vocabulary ", m.model.padded_vocab_size, " -> ", m.vocab_size,

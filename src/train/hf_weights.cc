@@ -1006,6 +1006,93 @@ Status gale_to_llama(const HfModel& m, Mapper& mp) {
   return Status::Ok();
 }
 
+// InternLM2 both ways: its names around LLaMA's block; attention.wqkv is already Megatron's grouped
+// linear_qkv (per key/value group: its query heads, k, v), copied as is; feed_forward w1 (gate), w3 (up)
+// -> linear_fc1 [gate; up], w2 -> linear_fc2.
+Status map_internlm2(const HfModel& m, Mapper& mp, bool to_gale) {
+  const Dims d = dims(m);
+  const int64_t qkv_rows = (d.NH + 2 * d.KV) * d.HD;
+  auto one = [&](const std::string& hf, const std::string& gale, const Shape& shape) -> Status {
+    GALE_ASSIGN_OR_RETURN(Tensor t, mp.get(to_gale ? hf : gale, shape));
+    mp.put(to_gale ? gale : hf, std::move(t));
+    return Status::Ok();
+  };
+  if (to_gale) {
+    GALE_ASSIGN_OR_RETURN(Tensor emb, mp.get("model.tok_embeddings.weight", {d.V, d.H}));
+    mp.put("embedding.word_embeddings.weight", pad_rows(emb, d.Vp));
+  } else {
+    GALE_ASSIGN_OR_RETURN(Tensor emb, mp.get("embedding.word_embeddings.weight", {d.Vp, d.H}));
+    mp.put("model.tok_embeddings.weight", rows(emb, 0, d.V));
+  }
+  for (int64_t i = 0; i < m.model.num_layers; ++i) {
+    GALE_RETURN_IF_ERROR(one(llama_layer(i, "attention_norm.weight"), gale_layer(i, "input_layernorm.weight"), {d.H}));
+    GALE_RETURN_IF_ERROR(one(llama_layer(i, "attention.wqkv.weight"), gale_layer(i, "self_attention.linear_qkv.weight"),
+                             {qkv_rows, d.H}));
+    GALE_RETURN_IF_ERROR(one(llama_layer(i, "attention.wo.weight"), gale_layer(i, "self_attention.linear_proj.weight"),
+                             {d.H, d.NH * d.HD}));
+    GALE_RETURN_IF_ERROR(one(llama_layer(i, "ffn_norm.weight"), gale_layer(i, "pre_mlp_layernorm.weight"), {d.H}));
+    if (to_gale) {
+      GALE_ASSIGN_OR_RETURN(Tensor gate, mp.get(llama_layer(i, "feed_forward.w1.weight"), {d.F, d.H}));
+      GALE_ASSIGN_OR_RETURN(Tensor up, mp.get(llama_layer(i, "feed_forward.w3.weight"), {d.F, d.H}));
+      mp.put(gale_layer(i, "mlp.linear_fc1.weight"), concat_rows({gate, up}));
+    } else {
+      GALE_ASSIGN_OR_RETURN(Tensor fc1, mp.get(gale_layer(i, "mlp.linear_fc1.weight"), {2 * d.F, d.H}));
+      mp.put(llama_layer(i, "feed_forward.w1.weight"), rows(fc1, 0, d.F));
+      mp.put(llama_layer(i, "feed_forward.w3.weight"), rows(fc1, d.F, d.F));
+    }
+    GALE_RETURN_IF_ERROR(one(llama_layer(i, "feed_forward.w2.weight"), gale_layer(i, "mlp.linear_fc2.weight"), {d.H, d.F}));
+  }
+  GALE_RETURN_IF_ERROR(one("model.norm.weight", "decoder.final_layernorm.weight", {d.H}));
+  if (!m.model.untie_embeddings_and_output_weights) return Status::Ok();
+  if (to_gale) {
+    GALE_ASSIGN_OR_RETURN(Tensor head, mp.get("output.weight", {d.V, d.H}));
+    mp.put("output_layer.weight", pad_rows(head, d.Vp));
+  } else {
+    GALE_ASSIGN_OR_RETURN(Tensor head, mp.get("output_layer.weight", {d.Vp, d.H}));
+    mp.put("output.weight", rows(head, 0, d.V));
+  }
+  return Status::Ok();
+}
+
+// Phi-3 both ways: LLaMA's names but self_attn.qkv_proj = [q NH·HD; k KV·HD; v KV·HD] (regrouped per key/value
+// group into linear_qkv) and mlp.gate_up_proj = [gate; up] (linear_fc1 as is).
+Status map_phi3(const HfModel& m, Mapper& mp, bool to_gale) {
+  const Dims d = dims(m);
+  const int64_t qkv_rows = (d.NH + 2 * d.KV) * d.HD;
+  auto one = [&](const std::string& hf, const std::string& gale, const Shape& shape) -> Status {
+    GALE_ASSIGN_OR_RETURN(Tensor t, mp.get(to_gale ? hf : gale, shape));
+    mp.put(to_gale ? gale : hf, std::move(t));
+    return Status::Ok();
+  };
+  if (to_gale) {
+    GALE_ASSIGN_OR_RETURN(Tensor emb, mp.get("model.embed_tokens.weight", {d.V, d.H}));
+    mp.put("embedding.word_embeddings.weight", pad_rows(emb, d.Vp));
+  } else {
+    GALE_ASSIGN_OR_RETURN(Tensor emb, mp.get("embedding.word_embeddings.weight", {d.Vp, d.H}));
+    mp.put("model.embed_tokens.weight", rows(emb, 0, d.V));
+  }
+  for (int64_t i = 0; i < m.model.num_layers; ++i) {
+    GALE_RETURN_IF_ERROR(one(llama_layer(i, "input_layernorm.weight"), gale_layer(i, "input_layernorm.weight"), {d.H}));
+    if (to_gale) {
+      GALE_ASSIGN_OR_RETURN(Tensor qkv, mp.get(llama_layer(i, "self_attn.qkv_proj.weight"), {qkv_rows, d.H}));
+      mp.put(gale_layer(i, "self_attention.linear_qkv.weight"),
+             group_qkv(rows(qkv, 0, d.NH * d.HD), rows(qkv, d.NH * d.HD, d.KV * d.HD),
+                       rows(qkv, (d.NH + d.KV) * d.HD, d.KV * d.HD), d.NH, d.KV, d.HD));
+    } else {
+      GALE_ASSIGN_OR_RETURN(Tensor qkv, mp.get(gale_layer(i, "self_attention.linear_qkv.weight"), {qkv_rows, d.H}));
+      mp.put(llama_layer(i, "self_attn.qkv_proj.weight"), concat_rows(split_qkv(qkv, d.NH, d.KV, d.HD)));
+    }
+    GALE_RETURN_IF_ERROR(one(llama_layer(i, "self_attn.o_proj.weight"), gale_layer(i, "self_attention.linear_proj.weight"),
+                             {d.H, d.NH * d.HD}));
+    GALE_RETURN_IF_ERROR(
+        one(llama_layer(i, "post_attention_layernorm.weight"), gale_layer(i, "pre_mlp_layernorm.weight"), {d.H}));
+    GALE_RETURN_IF_ERROR(
+        one(llama_layer(i, "mlp.gate_up_proj.weight"), gale_layer(i, "mlp.linear_fc1.weight"), {2 * d.F, d.H}));
+    GALE_RETURN_IF_ERROR(one(llama_layer(i, "mlp.down_proj.weight"), gale_layer(i, "mlp.linear_fc2.weight"), {d.H, d.F}));
+  }
+  return to_gale ? final_norm_and_head_to_gale(m, d, mp) : final_norm_and_head_to_hf(m, d, mp);
+}
+
 }  // namespace
 
 StatusOr<std::vector<NamedTensor>> gale_tensors_from_hf(const HfModel& m, const TensorSource& hf, DType store) {
@@ -1015,6 +1102,8 @@ StatusOr<std::vector<NamedTensor>> gale_tensors_from_hf(const HfModel& m, const 
                        : m.arch == HfArchitecture::kDeepseekV3 ? deepseek_v3_to_gale(m, mp)
                        : m.arch == HfArchitecture::kQwen3Next  ? qwen3_next_to_gale(m, mp)
                        : m.arch == HfArchitecture::kGptOss     ? gpt_oss_to_gale(m, mp)
+                       : m.arch == HfArchitecture::kInternLM2  ? map_internlm2(m, mp, /*to_gale=*/true)
+                       : m.arch == HfArchitecture::kPhi3       ? map_phi3(m, mp, /*to_gale=*/true)
                                                                : llama_to_gale(m, mp));
   return mp.take();
 }
@@ -1026,6 +1115,8 @@ StatusOr<std::vector<NamedTensor>> hf_tensors_from_gale(const HfModel& m, const 
                        : m.arch == HfArchitecture::kDeepseekV3 ? gale_to_deepseek_v3(m, mp)
                        : m.arch == HfArchitecture::kQwen3Next  ? gale_to_qwen3_next(m, mp)
                        : m.arch == HfArchitecture::kGptOss     ? gale_to_gpt_oss(m, mp)
+                       : m.arch == HfArchitecture::kInternLM2  ? map_internlm2(m, mp, /*to_gale=*/false)
+                       : m.arch == HfArchitecture::kPhi3       ? map_phi3(m, mp, /*to_gale=*/false)
                                                                : gale_to_llama(m, mp));
   return mp.take();
 }
@@ -1059,6 +1150,7 @@ bool hf_tensor_ignorable(const HfModel& m, const std::string& name) {
   // Qwen3-Next's multi-token-prediction layers (mtp.*), which transformers does not load either.
   if (m.arch == HfArchitecture::kQwen3Next && name.rfind("mtp.", 0) == 0) return true;
   if (m.arch == HfArchitecture::kGpt2 && (ends_with(".attn.bias") || ends_with(".attn.masked_bias"))) return true;
+  if (m.arch == HfArchitecture::kInternLM2) return name == "output.weight" && !m.model.untie_embeddings_and_output_weights;
   return name == "lm_head.weight" && !m.model.untie_embeddings_and_output_weights;
 }
 

@@ -78,6 +78,15 @@
 //   mlp.experts.down_proj [E, Fe, H], down_proj_bias [E, H]
 //                                                -> ...j.linear_fc2.weight [H, Fe] (transposed), linear_fc2.bias
 //   input_layernorm, post_attention_layernorm    -> input_layernorm, pre_mlp_layernorm; model.norm, lm_head as LLaMA
+// InternLM2 (both ways; LLaMA's block under other names):
+//   model.tok_embeddings, model.norm, output     -> embedding.word_embeddings, decoder.final_layernorm, output_layer
+//   attention_norm, ffn_norm                     -> input_layernorm, pre_mlp_layernorm
+//   attention.wqkv [(NH + 2 KV)·HD, H]           -> self_attention.linear_qkv.weight as is (InternLM2 already
+//                                                   groups it per KV group: [q heads of the group; k; v])
+//   attention.wo, feed_forward.w1 / w3, w2       -> linear_proj, mlp.linear_fc1 = [w1 (gate); w3 (up)], linear_fc2
+// Phi-3 (both ways; LLaMA's names otherwise):
+//   self_attn.qkv_proj [q NH·HD; k KV·HD; v KV·HD] -> self_attention.linear_qkv.weight (regrouped per KV group)
+//   mlp.gate_up_proj [gate F; up F]              -> mlp.linear_fc1.weight as is
 // HF's q/k rows use the rotate-half RoPE convention, which is Gale's (docs/model.md), so q/k rows
 // are copied without a permutation. GPT-2's Conv1D weights are stored [in, out] and are transposed;
 // c_attn's columns [q | k | v] are regrouped per head.

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -622,6 +623,13 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
   set_bool("add_position_embedding", model.position_embedding_type == "learned_absolute");
   set_int("rotary_base", model.rotary_base);
   ns->set("rotary_percent", PyValue::real(model.rotary_percent));
+  if (!unset(model.rotary_seq_len_interpolation_factor)) {  // Megatron's --rotary-seq-len-interpolation-factor is an int
+    const double f = model.rotary_seq_len_interpolation_factor;
+    if (f != std::floor(f) || f < 1.0)
+      return Unimplemented("--rotary-seq-len-interpolation-factor ", f, ": Megatron's flag is an integer (type=int), "
+                           "so its checkpoint args cannot hold this factor");
+    set_int("rotary_seq_len_interpolation_factor", static_cast<int64_t>(f));
+  }
   set_bool("rotary_interleaved", model.rotary_interleaved);
   ns->set("normalization", PyValue::str(model.normalization));
   ns->set("norm_epsilon", PyValue::real(model.norm_epsilon));

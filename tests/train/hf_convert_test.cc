@@ -118,7 +118,7 @@ INSTANTIATE_TEST_SUITE_P(Architectures, HfFixture,
                          ::testing::Values("gpt2", "bloom", "llama", "qwen2", "mistral", "mixtral", "qwen2_moe",
                                            "deepseek_v3", "qwen3", "mistral_swa", "qwen2_yarn", "qwen3_moe",
                                            "qwen3_next", "gpt_oss", "deepseek_v3_dense", "qwen2_swa",
-                                           "qwen3_next_gated"));
+                                           "qwen3_next_gated", "internlm2", "phi3"));
 
 // Qwen3: q_norm/k_norm become --qk-layernorm's q_layernorm/k_layernorm (recorded in the checkpoint
 // args), head_dim 24 (not hidden/heads = 16) becomes --kv-channels; the golden logits see a swap of
@@ -1068,7 +1068,7 @@ TEST(HfConvertErrors, UnknownArchitectureAndUnsupportedOptions) {
   EXPECT_EQ(e, dir + "/config.json: architecture 'FalconForCausalLM' is not supported yet (supported: "
                "GPT2LMHeadModel, BloomForCausalLM, LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
                "MistralForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Qwen3NextForCausalLM, "
-               "DeepseekV3ForCausalLM, GptOssForCausalLM)");
+               "DeepseekV3ForCausalLM, GptOssForCausalLM, InternLM2ForCausalLM, Phi3ForCausalLM)");
   edit_config(dir, [](nlohmann::json& j) {
     j["architectures"] = {"LlamaForCausalLM"};
     j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};
