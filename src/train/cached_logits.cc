@@ -132,13 +132,16 @@ nlohmann::ordered_json identifiers_json(const LogitsDatasetIdentity& id) {
   j["sequence_length"] = id.seq_length;
   j["train_samples"] = id.train_samples ? nlohmann::ordered_json(*id.train_samples) : nlohmann::ordered_json(nullptr);
   nlohmann::ordered_json blend;
-  if (id.blend.empty()) {
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const auto& [w, stem] : id.blend) list.push_back(nlohmann::ordered_json::array({w, stem}));
+  if (id.per_split) {  // Megatron's blend_per_split[0], the train split (null without one)
+    blend["kind"] = "blend_per_split";
+    blend["train"] = id.blend.empty() ? nlohmann::ordered_json(nullptr) : list;
+  } else if (id.blend.empty()) {
     blend["kind"] = "mock";
     blend["mock"] = true;
   } else {
     blend["kind"] = "blend";
-    nlohmann::ordered_json list = nlohmann::ordered_json::array();
-    for (const auto& [w, stem] : id.blend) list.push_back(nlohmann::ordered_json::array({w, stem}));
     blend["blend"] = list;
   }
   j["blend"] = blend;
@@ -412,7 +415,7 @@ StatusOr<CachedLogitsDpRemap> cached_logits_dp_remap(int dp_rank, int dp_size, i
 }
 
 StatusOr<CachedLogitsReader> CachedLogitsReader::open(const std::string& dir, int cp_rank, int dp_rank, int dp_size,
-                                                      const std::string& expected_hash) {
+                                                      const std::string& expected_hash, int cp_size) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec))
     return NotFound("--logits-load-dir: '", dir, "' is not a directory");
@@ -421,16 +424,21 @@ StatusOr<CachedLogitsReader> CachedLogitsReader::open(const std::string& dir, in
   r.hash_ = expected_hash;
   r.cp_rank_ = cp_rank;
   std::vector<std::tuple<int, int, int64_t, std::string>> found;
-  int max_dp = -1;
+  int max_dp = -1, max_cp = -1;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     int cp = 0, dp = 0;
     int64_t last = 0;
     if (!parse_cached_logits_tar_name(e.path().filename().string(), &cp, &dp, &last)) continue;
     found.emplace_back(cp, dp, last, e.path().string());
     max_dp = std::max(max_dp, dp);
+    max_cp = std::max(max_cp, cp);
   }
   if (ec) return NotFound("--logits-load-dir: cannot list '", dir, "': ", ec.message());
   if (max_dp < 0) return NotFound("--logits-load-dir: no cached-logits shards (cp{C}_dp{D}__{I}.tar) in '", dir, "'");
+  if (cp_size > 0 && max_cp + 1 != cp_size)
+    return FailedPrecondition("--logits-load-dir: the teacher's shards in '", dir, "' were saved at context-parallel size ",
+                              max_cp + 1, " but this run's --context-parallel-size is ", cp_size,
+                              " (each cp{C} shard holds that CP rank's sequence chunk: the sizes must match)");
   r.saved_dp_size_ = max_dp + 1;
   GALE_ASSIGN_OR_RETURN(r.remap_, cached_logits_dp_remap(dp_rank, dp_size, r.saved_dp_size_));
   for (int src : r.remap_.source_dp_ranks) {

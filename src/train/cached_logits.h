@@ -54,12 +54,16 @@ StatusOr<TopKLogProbs> select_topk_logprobs(const float* logits, int64_t S, int6
 
 // What determines the sample stream (Megatron's compute_dataset_hash): the seed, the sequence
 // length, the training samples (--train-samples, else train iterations × global batch size, else
-// unknown) and the train blend as (weight, file stem) pairs (empty: mock data).
+// unknown) and the train blend as (weight, file stem) pairs. Megatron's three kinds: "blend"
+// (--data-path / --data-args-path; `blend` its entries), "blend_per_split" (--train-data-path and
+// the other per-split flags, `per_split` true; `blend` the train split's entries, empty: "train":
+// null) and "mock" (neither: `blend` empty, `per_split` false).
 struct LogitsDatasetIdentity {
   int64_t seed = 1234;
   int64_t seq_length = 0;
   std::optional<int64_t> train_samples;
   std::vector<std::pair<double, std::string>> blend;
+  bool per_split = false;
 };
 struct LogitsSaverSettings {
   int64_t k = 0;
@@ -106,10 +110,12 @@ StatusOr<CachedLogitsDpRemap> cached_logits_dp_remap(int dp_rank, int dp_size, i
 // The student's side: this rank's teacher micro-batches per iteration from --logits-load-dir.
 class CachedLogitsReader {
  public:
-  // Lists the shards (their names give the saved DP size: the largest DP rank + 1). Errors: a
-  // missing or unreadable directory, no shard for this CP rank, DP sizes that do not divide.
+  // Lists the shards (their names give the saved DP size: the largest DP rank + 1, and the saved CP
+  // size: the largest CP rank + 1). Errors: a missing or unreadable directory, no shard for this CP
+  // rank, DP sizes that do not divide, and with `cp_size` > 0 a saved CP size other than it (each
+  // cp{C} shard holds that CP rank's load-balanced chunk of the sequence).
   static StatusOr<CachedLogitsReader> open(const std::string& dir, int cp_rank, int dp_rank, int dp_size,
-                                           const std::string& expected_hash);
+                                           const std::string& expected_hash, int cp_size = 0);
   // This rank's micro-batches of `iteration` (remapped), or an error naming the directory, the
   // shard and the iteration when it is not there.
   StatusOr<std::vector<TopKLogProbs>> iteration(int64_t iteration);

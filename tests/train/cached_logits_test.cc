@@ -127,6 +127,23 @@ TEST(CachedLogits, DatasetHashIsMegatrons) {
             R"("train_samples":null,"blend":{"kind":"mock","mock":true}},"saver":{"k":8,"p":0.9,"min_k":2,"save_dtype":"bf16"}})");
 }
 
+// Python, as above with blend={'kind': 'blend_per_split', 'train': [...]} (Megatron's
+// _blend_identifiers for --train-data-path) and {'kind': 'blend_per_split', 'train': None} (per-split
+// flags without a train split).
+TEST(CachedLogits, DatasetHashOfPerSplitBlendsIsMegatrons) {
+  LogitsDatasetIdentity id;
+  id.seed = 1234;
+  id.seq_length = 64;
+  id.train_samples = 128;
+  id.per_split = true;
+  id.blend = {{0.3, "a_text_document"}, {0.7, "b_text_document"}};
+  EXPECT_EQ(cached_logits_dataset_hash(id), "6253618c6890cd2dfaf4ae1e0cbdab0a");
+  id.blend = {{1.0, "only"}};
+  EXPECT_EQ(cached_logits_dataset_hash(id), "9d72e6dc140a6da9a1cc99d7ae14559f");
+  id.blend.clear();
+  EXPECT_EQ(cached_logits_dataset_hash(id), "d1ddf40f0bd46ca9d66d4d3ed3d5b53a");
+}
+
 class CachedLogitsDir : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -179,6 +196,26 @@ std::string hash_for(int64_t seed) {
   id.seed = seed;
   id.seq_length = 2;
   return cached_logits_dataset_hash(id);
+}
+
+// Each cp{C} shard holds one CP rank's chunk: the saved CP size (largest CP rank + 1) must be this
+// run's; each CP rank then reads its own shards.
+TEST_F(CachedLogitsDir, ContextParallelSizeMustBeTheTeachers) {
+  save(1, 1, meta_for(5));  // cp0_dp0 shards only: saved at CP 1
+  auto two = CachedLogitsReader::open(dir_.string(), 0, 0, 1, hash_for(5), 2);
+  ASSERT_FALSE(two.ok());
+  EXPECT_NE(two.status().message().find("were saved at context-parallel size 1 but this run's "
+                                        "--context-parallel-size is 2"),
+            std::string::npos)
+      << two.status().message();
+  EXPECT_TRUE(CachedLogitsReader::open(dir_.string(), 0, 0, 1, hash_for(5), 1).ok());
+  std::filesystem::copy_file(dir_ / cached_logits_tar_name(0, 0, 1), dir_ / cached_logits_tar_name(1, 0, 1));
+  auto rank1 = CachedLogitsReader::open(dir_.string(), 1, 0, 1, hash_for(5), 2);
+  ASSERT_TRUE(rank1.ok()) << rank1.status().message();
+  EXPECT_TRUE(rank1->iteration(1).ok());
+  auto one = CachedLogitsReader::open(dir_.string(), 0, 0, 1, hash_for(5), 1);
+  ASSERT_FALSE(one.ok());
+  EXPECT_NE(one.status().message().find("saved at context-parallel size 2"), std::string::npos);
 }
 
 // Saved at DP 2 with 2 micro-batches per rank: a student at DP 1 gets the 4 global micro-batches
