@@ -6,6 +6,7 @@
 // MTP at PP 2 reproduce the one-process distillation run's losses and gradient norms.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "cli/log_line.h"
@@ -100,6 +101,7 @@ TEST_F(LogitsKdParallelCli, TeacherAtPipeline2AndWithMtpWritesTheSameShard) {
   ASSERT_EQ(teacher_->exit_code, 0) << teacher_->output;
   ASSERT_EQ(names_in(dir_->file("logits")), std::vector<std::string>{"cp0_dp0__1.tar"});
   const std::string one = testing::read_file(dir_->file("logits/cp0_dp0__1.tar"));
+  ASSERT_GT(one.size(), 1024u);
   ASSERT_EQ(read_shards(dir_->file("logits")).size(), 2u);
   struct Layout {
     int np;
@@ -111,6 +113,7 @@ TEST_F(LogitsKdParallelCli, TeacherAtPipeline2AndWithMtpWritesTheSameShard) {
            {2, {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"}, "PP 2 virtual"},
            {1, {"--mtp-num-layers", "1"}, "MTP"},
            {2, {"--mtp-num-layers", "1", "--pipeline-model-parallel-size", "2"}, "MTP PP 2"},
+           {2, {"--pipeline-model-parallel-size", "2", "--schedules-method", "dualpipev"}, "DualPipeV"},
        }) {
     SCOPED_TRACE(l.what);
     TempDir dir;
@@ -120,6 +123,25 @@ TEST_F(LogitsKdParallelCli, TeacherAtPipeline2AndWithMtpWritesTheSameShard) {
     ASSERT_EQ(names_in(dir.file("logits")), std::vector<std::string>{"cp0_dp0__1.tar"}) << r.output;
     EXPECT_TRUE(testing::read_file(dir.file("logits/cp0_dp0__1.tar")) == one);
   }
+}
+
+// Without --freeze-all-layers the saver still zeroes the loss, the MTP losses included (Megatron
+// overrides compute_language_model_loss, which its MTP layers call too): nothing is differentiated,
+// the weights keep their values and the same shard is written.
+TEST_F(LogitsKdParallelCli, TrainingTeacherWithMtpZeroesTheMtpLossToo) {
+  ASSERT_EQ(teacher_->exit_code, 0) << teacher_->output;
+  TempDir dir;
+  std::vector<std::string> flags = teacher_flags(dir.file("logits"), {"--mtp-num-layers", "1", "--weight-decay", "0"});
+  flags.erase(std::find(flags.begin(), flags.end(), "--freeze-all-layers"));
+  const test::RunResult r = gale(1, flags);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* key : {"lm loss", "mtp_1 loss"}) {
+    const std::vector<double> v = logged_values(r.output, key);
+    ASSERT_EQ(v.size(), 2u) << key << "\n" << r.output;
+    for (double x : v) EXPECT_EQ(x, 0.0) << key;
+  }
+  EXPECT_TRUE(testing::read_file(dir.file("logits/cp0_dp0__1.tar")) ==
+              testing::read_file(dir_->file("logits/cp0_dp0__1.tar")));
 }
 
 TEST_F(LogitsKdParallelCli, TeacherAtContextParallel2WritesEachRanksChunk) {
@@ -231,6 +253,7 @@ TEST_F(LogitsKdParallelCli, StudentsAtPipelineContextAndTensorParallelismMatchOn
             "PP 2 virtual"},
            {2, cp_dir.file("logits"), {"--context-parallel-size", "2"}, "CP 2"},
            {4, logits, {"--pipeline-model-parallel-size", "2", "--tensor-model-parallel-size", "2"}, "PP 2 x TP 2"},
+           {2, logits, {"--pipeline-model-parallel-size", "2", "--schedules-method", "dualpipev"}, "DualPipeV"},
        }) {
     const test::RunResult r = gale(l.np, student(l.dir, l.flags));
     ASSERT_EQ(r.exit_code, 0) << l.what << "\n" << r.output;
