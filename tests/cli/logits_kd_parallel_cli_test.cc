@@ -56,6 +56,7 @@ std::string hash() {
 
 std::vector<std::string> names_in(const std::string& dir) {
   std::vector<std::string> names;
+  if (!fs::is_directory(dir)) return names;  // nothing written
   for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
   return names;
