@@ -3,7 +3,8 @@
 // shard byte for byte (only the last stage's TP rank 0 writes); at CP 2 each CP rank writes its
 // load-balanced chunk (chunks r and 2·CP−1−r), which merged give the one-process top-K; students at
 // PP 2, CP 2 (reading the one-process shards cut into Megatron's cp{C} chunks), PP 2 × TP 2 and with
-// MTP at PP 2 reproduce the one-process distillation run's losses and gradient norms.
+// MTP at PP 2 reproduce the one-process distillation run's losses and gradient norms; a student
+// at another CP size than its teacher's reads the shards resharded.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -269,14 +270,30 @@ TEST_F(LogitsKdParallelCli, StudentsAtPipelineContextAndTensorParallelismMatchOn
   expect_same_losses(mtp, mtp_pp, "MTP PP 2", 1e-5);
 }
 
-TEST_F(LogitsKdParallelCli, StudentAtAnotherContextParallelSizeIsAnError) {
+// Beyond Megatron (which needs the teacher's CP layout): a CP 2 student of the one-process teacher
+// reads both halves resharded, the same as the CP 2 student of the cut shards; a one-process student
+// of the CP 2 teacher merges its cp0/cp1 shards.
+TEST_F(LogitsKdParallelCli, StudentsAtAnotherContextParallelSizeReshard) {
   ASSERT_EQ(teacher_->exit_code, 0) << teacher_->output;
-  // The one-process shards hold whole sequences; a CP 2 rank's micro-batch is half of one.
-  const test::RunResult r = gale(2, student(dir_->file("logits"), {"--context-parallel-size", "2"}));
-  EXPECT_NE(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("' were saved at context-parallel size 1 but this run's --context-parallel-size is 2"),
+  const std::string logits = dir_->file("logits");
+  TempDir cp_dir;
+  ASSERT_NO_FATAL_FAILURE(split_for_cp2(logits, cp_dir.file("logits")));
+  const test::RunResult cut = gale(2, student(cp_dir.file("logits"), {"--context-parallel-size", "2"}));
+  ASSERT_EQ(cut.exit_code, 0) << cut.output;
+  const test::RunResult resharded = gale(2, student(logits, {"--context-parallel-size", "2"}));
+  ASSERT_EQ(resharded.exit_code, 0) << resharded.output;
+  EXPECT_NE(resharded.output.find("teacher logits saved at context-parallel size 1, resharded for this run's 2"),
             std::string::npos)
-      << r.output;
+      << resharded.output;
+  expect_same_losses(cut, resharded, "CP 2 resharded", 0.0);
+  // The CP 2 teacher's shards (its top-K within float rounding of the one-process teacher's).
+  TempDir teacher_cp2;
+  const test::RunResult t2 = gale(2, teacher_flags(teacher_cp2.file("logits"), {"--context-parallel-size", "2"}));
+  ASSERT_EQ(t2.exit_code, 0) << t2.output;
+  const test::RunResult one = gale(1, student(logits, {}));
+  const test::RunResult merged = gale(1, student(teacher_cp2.file("logits"), {}));
+  ASSERT_EQ(merged.exit_code, 0) << merged.output;
+  expect_same_losses(one, merged, "CP 1 of a CP 2 teacher", 1e-4);
 }
 
 }  // namespace
