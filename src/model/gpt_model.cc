@@ -569,6 +569,7 @@ void GPTModel::head_forward(State& st, const Tensor& x_in, LossSums* loss, bool 
   // Σ mask of the whole micro-batch: with context parallelism summed over the cp group.
   double tokens = 0.0;
   for (float m : st.mask_sb) tokens += m;
+  const double local_tokens = tokens;  // this CP rank's (the head logits hook's sums are per rank)
   if (part_.cp_size() > 1) part_.cp->all_reduce(&tokens, 1, DType::kF64, ReduceOp::kSum);
   // Per-token loss gradient, known now when the micro-batch count is: the schedule's loss scale
   // is 1 / (Σ mask · micro-batches) (1 with --calculate-per-token-loss), applied in backward.
@@ -587,8 +588,7 @@ void GPTModel::head_forward(State& st, const Tensor& x_in, LossSums* loss, bool 
     round_logits(config_, logits);
   }
   if (hooked) {
-    GALE_CHECK(distill_.teacher == nullptr && part_.cp_size() == 1 && !part_.tp2d() && mtp_.empty())
-        << "offline distillation: no QAD, context or 2-D tensor parallelism, no MTP";
+    GALE_CHECK(distill_.teacher == nullptr && !part_.tp2d()) << "offline distillation: no QAD, no 2-D tensor parallelism";
     hooked_result = logits_hook_->training_logits(st.mb, logits, st.mask_sb, part_.tp_rank() * (config_.vocab / part_.tp_size()));
   }
   if (!keep) hooked_result.lm_coef = 1.0;  // nothing is differentiated: only report_lm_loss counts
@@ -609,7 +609,7 @@ void GPTModel::head_forward(State& st, const Tensor& x_in, LossSums* loss, bool 
                                         loss ? &token_losses : nullptr);
   if (distill) st.distill_grad = distillation_forward(st, y_full);
   if (hooked) {
-    logits_hook_->training_lm_loss(loss_sum, tokens);
+    logits_hook_->training_lm_loss(loss_sum, local_tokens);  // this CP rank's sums (before the CP all-reduce)
     if (!hooked_result.report_lm_loss) {
       loss_sum = 0.0;
       std::fill(sample_sums.begin(), sample_sums.end(), 0.0);
@@ -649,7 +649,10 @@ void GPTModel::head_forward(State& st, const Tensor& x_in, LossSums* loss, bool 
     st.final_out_full = y_full;
     st.lse = lse;
     st.head_saved = saved;
-    if (!mtp_.empty()) mtp_forward(st, y_local);
+    // The logits saver (report_lm_loss false) replaces Megatron's compute_language_model_loss, which
+    // the MTP losses use too: they are neither reported nor differentiated then. A KD student keeps
+    // them at --mtp-loss-scaling-factor beside α·kd + (1 − α)·lm (Megatron's MTPLossAutoScaler).
+    if (!mtp_.empty() && (!hooked || hooked_result.report_lm_loss)) mtp_forward(st, y_local);
   }
 }
 

@@ -74,20 +74,13 @@ Status validate_logits_kd_args(const Arguments& a, const ArgParser& p) {
     return Unimplemented("--logits-save-dir with --logits-load-dir: saving a student's logits while it distils is not supported");
   const char* flag = k.logits_save_dir.empty() ? "--logits-load-dir" : "--logits-save-dir";
   const ParallelArgs& par = a.parallel;
-  if (par.pipeline_model_parallel_size > 1)
-    return Unimplemented(flag, " with --pipeline-model-parallel-size ", par.pipeline_model_parallel_size,
-                         ": not supported yet (the hooks are wired and tested on one pipeline stage)");
-  if (par.context_parallel_size > 1)
-    return Unimplemented(flag, " with --context-parallel-size ", par.context_parallel_size,
-                         ": not supported yet (Megatron's cp{C} shards hold each CP rank's sequence chunk)");
+  // Megatron's shards hold each CP rank's tokens in its load-balanced order (chunks r and 2C-1-r).
+  if (par.context_parallel_size > 1 && par.context_parallel_algo != "megatron_cp_algo")
+    return Unimplemented(flag, " with --context-parallel-algo ", par.context_parallel_algo,
+                         ": not supported (the cp{C} shards hold Megatron's load-balanced split; use megatron_cp_algo)");
   if (par.tp_2d) return Unimplemented(flag, " with --tp-2d: not supported yet");
-  if (a.model.mtp_num_layers != kUnset && a.model.mtp_num_layers > 0)
-    return Unimplemented(flag, " with --mtp-num-layers: not supported yet");
   if (a.qad.qad_enable) return Unimplemented(flag, " with --qad-enable: not supported (two distillation losses)");
   if (a.dpo.enabled()) return Unimplemented(flag, " with --stage dpo: not supported");
-  if (!a.data.train_data_path.empty())
-    return Unimplemented(flag, " with --train-data-path (Megatron's per-split blend in the dataset hash): not "
-                         "supported yet; use --data-path");
   return Status::Ok();
 }
 

@@ -22,6 +22,7 @@
 #include "core/md5.h"
 #include "core/tensor.h"
 #include "model/topk_kl.h"
+#include "parallel/context_split.h"
 
 namespace gale {
 
@@ -132,13 +133,16 @@ nlohmann::ordered_json identifiers_json(const LogitsDatasetIdentity& id) {
   j["sequence_length"] = id.seq_length;
   j["train_samples"] = id.train_samples ? nlohmann::ordered_json(*id.train_samples) : nlohmann::ordered_json(nullptr);
   nlohmann::ordered_json blend;
-  if (id.blend.empty()) {
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const auto& [w, stem] : id.blend) list.push_back(nlohmann::ordered_json::array({w, stem}));
+  if (id.per_split) {  // Megatron's blend_per_split[0], the train split (null without one)
+    blend["kind"] = "blend_per_split";
+    blend["train"] = id.blend.empty() ? nlohmann::ordered_json(nullptr) : list;
+  } else if (id.blend.empty()) {
     blend["kind"] = "mock";
     blend["mock"] = true;
   } else {
     blend["kind"] = "blend";
-    nlohmann::ordered_json list = nlohmann::ordered_json::array();
-    for (const auto& [w, stem] : id.blend) list.push_back(nlohmann::ordered_json::array({w, stem}));
     blend["blend"] = list;
   }
   j["blend"] = blend;
@@ -412,7 +416,7 @@ StatusOr<CachedLogitsDpRemap> cached_logits_dp_remap(int dp_rank, int dp_size, i
 }
 
 StatusOr<CachedLogitsReader> CachedLogitsReader::open(const std::string& dir, int cp_rank, int dp_rank, int dp_size,
-                                                      const std::string& expected_hash) {
+                                                      const std::string& expected_hash, int cp_size) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec))
     return NotFound("--logits-load-dir: '", dir, "' is not a directory");
@@ -421,39 +425,61 @@ StatusOr<CachedLogitsReader> CachedLogitsReader::open(const std::string& dir, in
   r.hash_ = expected_hash;
   r.cp_rank_ = cp_rank;
   std::vector<std::tuple<int, int, int64_t, std::string>> found;
-  int max_dp = -1;
+  int max_dp = -1, max_cp = -1;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     int cp = 0, dp = 0;
     int64_t last = 0;
     if (!parse_cached_logits_tar_name(e.path().filename().string(), &cp, &dp, &last)) continue;
     found.emplace_back(cp, dp, last, e.path().string());
     max_dp = std::max(max_dp, dp);
+    max_cp = std::max(max_cp, cp);
   }
   if (ec) return NotFound("--logits-load-dir: cannot list '", dir, "': ", ec.message());
   if (max_dp < 0) return NotFound("--logits-load-dir: no cached-logits shards (cp{C}_dp{D}__{I}.tar) in '", dir, "'");
   r.saved_dp_size_ = max_dp + 1;
-  GALE_ASSIGN_OR_RETURN(r.remap_, cached_logits_dp_remap(dp_rank, dp_size, r.saved_dp_size_));
-  for (int src : r.remap_.source_dp_ranks) {
-    std::vector<std::pair<int64_t, std::string>> list;
-    for (const auto& [cp, dp, last, path] : found)
-      if (cp == cp_rank && dp == src) list.emplace_back(last, path);
-    if (list.empty())
-      return NotFound("--logits-load-dir: no shards for cp", cp_rank, "_dp", src, " in '", dir, "'");
-    std::sort(list.begin(), list.end());
-    r.shards_.push_back(std::move(list));
+  r.saved_cp_size_ = max_cp + 1;
+  r.cp_size_ = cp_size > 0 ? cp_size : r.saved_cp_size_;
+  if (cp_size > 0 && r.saved_cp_size_ != cp_size) {
+    for (int c = 0; c < r.saved_cp_size_; ++c) r.cp_sources_.push_back(c);
+    print_rank0(str_cat("> --logits-load-dir: teacher logits saved at context-parallel size ", r.saved_cp_size_,
+                        ", resharded for this run's ", cp_size));
+  } else {
+    r.cp_sources_ = {cp_rank};
   }
+  GALE_ASSIGN_OR_RETURN(r.remap_, cached_logits_dp_remap(dp_rank, dp_size, r.saved_dp_size_));
+  for (int src : r.remap_.source_dp_ranks)
+    for (int c : r.cp_sources_) {
+      std::vector<std::pair<int64_t, std::string>> list;
+      for (const auto& [cp, dp, last, path] : found)
+        if (cp == c && dp == src) list.emplace_back(last, path);
+      if (list.empty()) return NotFound("--logits-load-dir: no shards for cp", c, "_dp", src, " in '", dir, "'");
+      std::sort(list.begin(), list.end());
+      r.shards_.push_back(std::move(list));
+    }
   r.loaded_.resize(r.shards_.size());
   return r;
 }
 
 StatusOr<std::vector<TopKLogProbs>> CachedLogitsReader::from_source(int source, int64_t iteration) {
-  const auto& list = shards_[static_cast<size_t>(source)];
+  const size_t n = cp_sources_.size();
+  if (saved_cp_size_ == cp_size_) return from_shard(static_cast<size_t>(source), iteration);  // this rank's own
+  std::vector<std::vector<TopKLogProbs>> per_cp;
+  for (size_t j = 0; j < n; ++j) {
+    GALE_ASSIGN_OR_RETURN(std::vector<TopKLogProbs> mbs, from_shard(static_cast<size_t>(source) * n + j, iteration));
+    per_cp.push_back(std::move(mbs));
+  }
+  return cached_logits_cp_reshard(per_cp, cp_rank_, cp_size_);
+}
+
+StatusOr<std::vector<TopKLogProbs>> CachedLogitsReader::from_shard(size_t index, int64_t iteration) {
+  const auto& list = shards_[index];
   auto it = std::lower_bound(list.begin(), list.end(), std::make_pair(iteration, std::string()));
-  const int src_dp = remap_.source_dp_ranks[static_cast<size_t>(source)];
+  const int src_dp = remap_.source_dp_ranks[index / cp_sources_.size()];
+  const int src_cp = cp_sources_[index % cp_sources_.size()];
   if (it == list.end())
-    return NotFound("--logits-load-dir: no teacher logits for iteration ", iteration, " of cp", cp_rank_, "_dp", src_dp,
+    return NotFound("--logits-load-dir: no teacher logits for iteration ", iteration, " of cp", src_cp, "_dp", src_dp,
                     " in '", dir_, "' (its last shard ends at iteration ", list.back().first, ")");
-  auto& [loaded_path, tar] = loaded_[static_cast<size_t>(source)];
+  auto& [loaded_path, tar] = loaded_[index];
   if (loaded_path != it->second) {
     GALE_ASSIGN_OR_RETURN(tar, read_cached_logits_tar(it->second, hash_));
     loaded_path = it->second;
@@ -487,6 +513,55 @@ StatusOr<std::vector<TopKLogProbs>> CachedLogitsReader::iteration(int64_t iterat
   for (size_t m = 0; m < per[0].size(); ++m)
     for (auto& src : per) merged.push_back(std::move(src[m]));
   return merged;
+}
+
+StatusOr<std::vector<TopKLogProbs>> cached_logits_cp_reshard(const std::vector<std::vector<TopKLogProbs>>& per_saved_cp,
+                                                             int cp_rank, int cp_size) {
+  const int64_t saved = static_cast<int64_t>(per_saved_cp.size());
+  if (saved == 0) return InvalidArgument("--logits-load-dir: no saved CP ranks to reshard");
+  const size_t mbs = per_saved_cp[0].size();
+  std::vector<TopKLogProbs> out;
+  for (size_t m = 0; m < mbs; ++m) {
+    int64_t S_local = -1, B = -1, K = 0;
+    for (int64_t c = 0; c < saved; ++c) {
+      const auto& list = per_saved_cp[static_cast<size_t>(c)];
+      if (list.size() != mbs)
+        return DataLoss("--logits-load-dir: the saved CP ranks hold ", mbs, " and ", list.size(), " micro-batches");
+      const TopKLogProbs& t = list[m];
+      if (S_local >= 0 && (t.S != S_local || t.B != B))
+        return DataLoss("--logits-load-dir: micro-batch ", m, ": the saved CP ranks hold [S, B] = [", S_local, ", ", B,
+                        "] and [", t.S, ", ", t.B, "]");
+      S_local = t.S;
+      B = t.B;
+      K = std::max(K, t.K);
+    }
+    const int64_t S = S_local * saved;
+    GALE_ASSIGN_OR_RETURN(ContextSplit from, make_context_split(S, saved, 0));
+    GALE_ASSIGN_OR_RETURN(ContextSplit to, make_context_split(S, cp_size, cp_rank));
+    // The whole sequences, [S, B, K] (row (s·B + b)·K), padded with the top-P sentinels.
+    std::vector<float> lp(static_cast<size_t>(S * B * K), kCachedLogitsLogprobSentinel);
+    std::vector<int64_t> idx(static_cast<size_t>(S * B * K), kCachedLogitsMaskedIndex);
+    for (int64_t c = 0; c < saved; ++c) {
+      const TopKLogProbs& t = per_saved_cp[static_cast<size_t>(c)][m];
+      for (int64_t s = 0; s < S_local; ++s)
+        for (int64_t b = 0; b < B; ++b) {
+          const int64_t g = from.global_position(s, c);
+          std::copy_n(t.logprobs.begin() + (s * B + b) * t.K, t.K, lp.begin() + (g * B + b) * K);
+          std::copy_n(t.indices.begin() + (s * B + b) * t.K, t.K, idx.begin() + (g * B + b) * K);
+        }
+    }
+    TopKLogProbs mine;
+    mine.S = to.local_length();
+    mine.B = B;
+    mine.K = K;
+    for (int64_t s = 0; s < mine.S; ++s) {
+      const int64_t g = to.global_position(s);
+      mine.logprobs.insert(mine.logprobs.end(), lp.begin() + g * B * K, lp.begin() + (g + 1) * B * K);
+      mine.indices.insert(mine.indices.end(), idx.begin() + g * B * K, idx.begin() + (g + 1) * B * K);
+    }
+    out.push_back(std::move(mine));
+  }
+  return out;
 }
 
 StatusOr<KdMicroBatchLoss> mix_kd_loss(double lm, const StatusOr<double>& kd, double alpha, bool ignore_errors) {

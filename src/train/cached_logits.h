@@ -54,12 +54,16 @@ StatusOr<TopKLogProbs> select_topk_logprobs(const float* logits, int64_t S, int6
 
 // What determines the sample stream (Megatron's compute_dataset_hash): the seed, the sequence
 // length, the training samples (--train-samples, else train iterations × global batch size, else
-// unknown) and the train blend as (weight, file stem) pairs (empty: mock data).
+// unknown) and the train blend as (weight, file stem) pairs. Megatron's three kinds: "blend"
+// (--data-path / --data-args-path; `blend` its entries), "blend_per_split" (--train-data-path and
+// the other per-split flags, `per_split` true; `blend` the train split's entries, empty: "train":
+// null) and "mock" (neither: `blend` empty, `per_split` false).
 struct LogitsDatasetIdentity {
   int64_t seed = 1234;
   int64_t seq_length = 0;
   std::optional<int64_t> train_samples;
   std::vector<std::pair<double, std::string>> blend;
+  bool per_split = false;
 };
 struct LogitsSaverSettings {
   int64_t k = 0;
@@ -106,24 +110,42 @@ StatusOr<CachedLogitsDpRemap> cached_logits_dp_remap(int dp_rank, int dp_size, i
 // The student's side: this rank's teacher micro-batches per iteration from --logits-load-dir.
 class CachedLogitsReader {
  public:
-  // Lists the shards (their names give the saved DP size: the largest DP rank + 1). Errors: a
-  // missing or unreadable directory, no shard for this CP rank, DP sizes that do not divide.
+  // Lists the shards (their names give the saved DP size: the largest DP rank + 1, and the saved CP
+  // size: the largest CP rank + 1). `cp_size` (> 0) is this run's CP size: when the saved one
+  // differs, every saved CP rank's shards are read and each micro-batch is resharded
+  // (cached_logits_cp_reshard; beyond Megatron, which needs the teacher's CP layout); 0: this CP
+  // rank's shards are read as they are. Errors: a missing or unreadable directory, no shard for a
+  // CP rank read, DP sizes that do not divide.
   static StatusOr<CachedLogitsReader> open(const std::string& dir, int cp_rank, int dp_rank, int dp_size,
-                                           const std::string& expected_hash);
+                                           const std::string& expected_hash, int cp_size = 0);
   // This rank's micro-batches of `iteration` (remapped), or an error naming the directory, the
   // shard and the iteration when it is not there.
   StatusOr<std::vector<TopKLogProbs>> iteration(int64_t iteration);
   int saved_dp_size() const { return saved_dp_size_; }
+  int saved_cp_size() const { return saved_cp_size_; }
 
  private:
+  // Source DP rank `source`'s micro-batches (this CP rank's, resharded when the CP sizes differ).
   StatusOr<std::vector<TopKLogProbs>> from_source(int source_dp, int64_t iteration);
+  StatusOr<std::vector<TopKLogProbs>> from_shard(size_t shard_list, int64_t iteration);
   std::string dir_, hash_;
-  int cp_rank_ = 0, saved_dp_size_ = 1;
+  int cp_rank_ = 0, cp_size_ = 1, saved_dp_size_ = 1, saved_cp_size_ = 1;
+  std::vector<int> cp_sources_;  // the saved CP ranks read: {cp_rank} or all of them (resharding)
   CachedLogitsDpRemap remap_;
-  // Per source DP rank: (last iteration, path) of its shards, ascending; the decoded shard cached.
+  // Per (source DP rank, saved CP rank read), source-major: (last iteration, path) of its shards,
+  // ascending; the decoded shard cached.
   std::vector<std::vector<std::pair<int64_t, std::string>>> shards_;
   std::vector<std::pair<std::string, CachedLogitsTar>> loaded_;
 };
+
+// One micro-batch list per saved CP rank (`per_saved_cp[c]`: rank c's micro-batches, [S/C', B, K_c]
+// each, in Megatron's load-balanced order) resharded for CP rank `cp_rank` of `cp_size`: the whole
+// sequences put back together, then this rank's positions (parallel/context_split.h) taken in its
+// order; K is the largest K_c, shorter rows padded with the top-P sentinels (-1000,
+// kCachedLogitsMaskedIndex), which count for nothing in the KL. Errors: lists of different lengths,
+// [S, B] that differ between the saved ranks, a whole length not a multiple of 2·cp_size.
+StatusOr<std::vector<TopKLogProbs>> cached_logits_cp_reshard(const std::vector<std::vector<TopKLogProbs>>& per_saved_cp,
+                                                             int cp_rank, int cp_size);
 
 // Megatron's mix of one training micro-batch's losses (LossFuncCallable): lm = Σ mask·ℓ and kd =
 // Σ mask·kl (model/topk_kl.h), total = α·kd + (1 − α)·lm (--logits-load-kd-loss-alpha), with the

@@ -9,14 +9,32 @@
 #include "model/topk_kl.h"
 #include "parallel/mappings.h"
 #include "train/arguments.h"
+#include "train/data_paths.h"
 
 namespace gale {
 
+namespace {
+
+// Megatron's get_blend_from_list: "w1 p1 w2 p2 ..." when the count is even and every other entry
+// is a number, else prefixes of weight 1; as (weight, file stem) pairs (_blend_identifiers).
+std::vector<std::pair<double, std::string>> blend_identifiers(const std::vector<std::string>& list) {
+  auto stem = [](const std::string& p) { return std::filesystem::path(p).stem().string(); };
+  bool weighted = list.size() >= 2 && list.size() % 2 == 0;
+  for (size_t i = 0; weighted && i < list.size(); i += 2) {
+    char* end = nullptr;
+    std::strtod(list[i].c_str(), &end);
+    weighted = end != list[i].c_str() && *end == '\0';
+  }
+  std::vector<std::pair<double, std::string>> out;
+  for (size_t i = 0; i < list.size(); i += weighted ? 2 : 1)
+    out.emplace_back(weighted ? std::strtod(list[i].c_str(), nullptr) : 1.0, stem(list[weighted ? i + 1 : i]));
+  return out;
+}
+
+}  // namespace
+
 StatusOr<LogitsDatasetIdentity> logits_dataset_identity(const Arguments& args) {
   const DataArgs& d = args.data;
-  if (!d.train_data_path.empty())
-    return Unimplemented("--logits-save-dir / --logits-load-dir with --train-data-path (Megatron's per-split blend "
-                         "in the dataset hash): not supported; use --data-path");
   LogitsDatasetIdentity id;
   id.seed = args.training.seed;
   id.seq_length = args.model.seq_length;
@@ -24,18 +42,20 @@ StatusOr<LogitsDatasetIdentity> logits_dataset_identity(const Arguments& args) {
     id.train_samples = args.training.train_samples;
   else if (args.training.train_iters != kUnset && args.training.global_batch_size != kUnset)
     id.train_samples = args.training.train_iters * args.training.global_batch_size;
-  if (d.mock_data || d.data_path.empty()) return id;
-  // Megatron's blend: "w1 p1 w2 p2 ..." when every other entry is a number, else prefixes of weight 1.
-  auto stem = [](const std::string& p) { return std::filesystem::path(p).stem().string(); };
-  const std::vector<std::string>& list = d.data_path;
-  bool weighted = list.size() >= 2 && list.size() % 2 == 0;
-  for (size_t i = 0; weighted && i < list.size(); i += 2) {
-    char* end = nullptr;
-    std::strtod(list[i].c_str(), &end);
-    weighted = end != list[i].c_str() && *end == '\0';
+  if (d.mock_data) return id;
+  // Megatron's get_blend_and_blend_per_split: --data-path (or --data-args-path) first, else the
+  // per-split flags, else mock.
+  if (!d.data_path.empty() || !d.data_args_path.empty()) {
+    GALE_ASSIGN_OR_RETURN(DataPathList list, data_path_list(d));
+    id.blend = blend_identifiers(list.entries);
+    return id;
   }
-  for (size_t i = 0; i < list.size(); i += weighted ? 2 : 1)
-    id.blend.emplace_back(weighted ? std::strtod(list[i].c_str(), nullptr) : 1.0, stem(list[weighted ? i + 1 : i]));
+  if (!d.train_data_path.empty() || !d.valid_data_path.empty() || !d.test_data_path.empty() ||
+      !d.per_split_data_args_path.empty()) {
+    GALE_ASSIGN_OR_RETURN(auto lists, per_split_data_path_lists(d));
+    id.per_split = true;
+    id.blend = blend_identifiers(lists[0].entries);
+  }
   return id;
 }
 

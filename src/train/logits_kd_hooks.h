@@ -21,9 +21,11 @@ namespace gale {
 struct Arguments;
 
 // Megatron's compute_dataset_hash inputs of this run: --seed, --seq-length, --train-samples (else
-// --train-iters × --global-batch-size, else unknown) and the --data-path blend ((weight, file stem)
-// pairs, weights 1 when none are given; empty with --mock-data). Errors: per-split data paths
-// (--train-data-path: Megatron's "blend_per_split", which the shards' library does not write).
+// --train-iters × --global-batch-size, else unknown) and the train blend ((weight, file stem)
+// pairs, weights 1 when none are given): --data-path's (or --data-args-path's), else
+// --train-data-path's (or --per-split-data-args-path's "train") as Megatron's "blend_per_split",
+// else none (--mock-data). Errors: a --data-args-path / --per-split-data-args-path file that
+// cannot be read.
 StatusOr<LogitsDatasetIdentity> logits_dataset_identity(const Arguments& args);
 
 // Where a hook's training forward is: the iteration (Megatron's curr_iteration: the iterations
@@ -33,7 +35,9 @@ using IterationFn = std::function<int64_t()>;
 // The teacher (Megatron's LogitsSaverHooks): every training forward's logits are gathered over TP,
 // their top-K (top-P) log-probabilities selected (select_topk_logprobs) and buffered per iteration;
 // TP rank 0 writes this (CP, DP) rank's pending iterations as one shard cp{C}_dp{D}__{I}.tar at
-// flush(). The LM loss is neither differentiated nor reported (Megatron's saver replaces it by
+// flush(). It sits on the last pipeline stage's head chunk only (Megatron's); with context
+// parallelism each CP rank saves its own sequence chunk ([S/CP, B, K] in its load-balanced order:
+// chunks r and 2·CP−1−r); with MTP only the main head's logits are saved. The LM loss is neither differentiated nor reported (Megatron's saver replaces it by
 // zero). The iteration's member is encoded when the next iteration's first forward arrives or at flush().
 class LogitsSaverHook final : public HeadLogitsHook {
  public:

@@ -610,13 +610,18 @@ int pretrain_main(int argc, char** argv) {
   std::unique_ptr<LogitsSaverHook> logits_saver;
   std::unique_ptr<CachedLogitsKdHook> logits_kd;
   const LogitsKdArgs& lkd = args.logits_kd;
-  if (!lkd.logits_save_dir.empty() || !lkd.logits_load_dir.empty()) {
-    if (grpo.perform_rl_step)
-      run_error(Unimplemented(lkd.logits_save_dir.empty() ? "--logits-load-dir" : "--logits-save-dir",
-                              " with --perform-rl-step: not supported"));
+  // Megatron attaches them on the last pipeline stage only (its last virtual chunk): the chunk
+  // holding the output layer (pipeline rank 0's under DualPipeV); the other stages have none.
+  GPTModel* head_chunk = nullptr;
+  for (auto& chunk : engine.chunks)
+    if (chunk->partition().post_process) head_chunk = chunk.get();
+  if (grpo.perform_rl_step && (!lkd.logits_save_dir.empty() || !lkd.logits_load_dir.empty()))
+    run_error(Unimplemented(lkd.logits_save_dir.empty() ? "--logits-load-dir" : "--logits-save-dir",
+                            " with --perform-rl-step: not supported"));
+  if (head_chunk != nullptr && (!lkd.logits_save_dir.empty() || !lkd.logits_load_dir.empty())) {
     StatusOr<LogitsDatasetIdentity> id = logits_dataset_identity(args);
     if (!id.ok()) run_error(id.status());
-    GPTModel& head = *engine.chunks.back();
+    GPTModel& head = *head_chunk;
     const RankCoords& rc = engine.ps.coords();
     IterationFn iteration = [&trainer] { return trainer.state().iteration; };
     if (!lkd.logits_save_dir.empty()) {
@@ -632,7 +637,8 @@ int pretrain_main(int argc, char** argv) {
       head.set_head_logits_hook(logits_saver.get());
     } else {
       StatusOr<CachedLogitsReader> reader = CachedLogitsReader::open(
-          lkd.logits_load_dir, rc.cp, rc.dp, engine.ps.dp_size(), cached_logits_dataset_hash(id.value()));
+          lkd.logits_load_dir, rc.cp, rc.dp, engine.ps.dp_size(), cached_logits_dataset_hash(id.value()),
+          engine.ps.cp_size());
       if (!reader.ok()) run_error(reader.status());
       const int saved_dp = reader.value().saved_dp_size();
       logits_kd = std::make_unique<CachedLogitsKdHook>(std::move(reader).value(), lkd.logits_load_kd_loss_alpha,

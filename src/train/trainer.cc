@@ -200,8 +200,11 @@ Status Trainer::reduce_logits_kd_losses(IterationResult* r) const {
     }
   }
   sums[4] = error.ok() ? 0.0 : 1.0;
-  // The sums of every TP rank are the same (the KL is all-reduced over TP): summed over DP only.
-  if (ps.dp() && ps.dp()->size() > 1) ps.dp()->all_reduce(sums, 4, DType::kF64, ReduceOp::kSum);
+  // The sums of every TP rank are the same (the KL is all-reduced over TP): summed over CP (each
+  // rank's sequence chunk) and DP; over PP the last stage's (the others hold no hook: zeros), so
+  // that every rank holds the entries.
+  if (ps.dp_cp() && ps.dp_cp()->size() > 1) ps.dp_cp()->all_reduce(sums, 4, DType::kF64, ReduceOp::kSum);
+  if (ps.pp_size() > 1 && ps.pp()) ps.pp()->all_reduce(sums, 4, DType::kF64, ReduceOp::kSum);
   ps.world()->all_reduce(&sums[4], 1, DType::kF64, ReduceOp::kMax);
   if (!error.ok()) return error;
   if (sums[4] > 0.0)

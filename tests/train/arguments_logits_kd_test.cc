@@ -101,11 +101,39 @@ TEST_F(LogitsKdArgumentErrors, AcceptedAndWhatDoesNotComposeRefusedInOneLine) {
   };
   for (const testing::FlagErrorCase& e : std::vector<testing::FlagErrorCase>{
            {with(s, l), 1, "--logits-save-dir with --logits-load-dir: saving a student's logits while it distils is not supported"},
-           {with(s, {"--pipeline-model-parallel-size", "2"}), 2, "--logits-save-dir with --pipeline-model-parallel-size 2: not supported yet"},
-           {with(l, {"--context-parallel-size", "2"}), 2, "--logits-load-dir with --context-parallel-size 2: not supported yet"},
-           {with(l, {"--mtp-num-layers", "1"}), 1, "--logits-load-dir with --mtp-num-layers: not supported yet"},
+           {with(l, {"--context-parallel-size", "2", "--context-parallel-algo", "ulysses_cp_algo"}), 2,
+            "--logits-load-dir with --context-parallel-algo ulysses_cp_algo: not supported (the cp{C} shards hold "
+            "Megatron's load-balanced split; use megatron_cp_algo)"},
+           {with(s, {"--context-parallel-size", "2", "--context-parallel-algo", "adaptive_cp_algo"}), 2,
+            "--logits-save-dir with --context-parallel-algo adaptive_cp_algo: not supported"},
+           {with(l, {"--tp-2d", "--tensor-model-parallel-size", "4", "--tp-x", "2", "--tp-y", "2"}), 4,
+            "--logits-load-dir with --tp-2d: not supported yet"},
        })
     expect_one_line_error(e);
+}
+
+// Pipeline (virtual pipeline included), context parallelism (Megatron's split), MTP and the
+// per-split data paths compose with both directions (train/logits_kd_hooks.h).
+TEST_F(LogitsKdArgumentErrors, PipelineContextMtpAndPerSplitDataAreAccepted) {
+  const std::vector<std::string> s = {"--logits-save-dir", dir(), "--logits-save-top-k", "4", "--freeze-all-layers"};
+  const std::vector<std::string> l = {"--logits-load-dir", dir()};
+  struct Case {
+    std::vector<std::string> flags;
+    int64_t world;
+  };
+  for (const std::vector<std::string>& base : {s, l})
+    for (const Case& c : std::vector<Case>{
+             {{"--pipeline-model-parallel-size", "2"}, 2},
+             {{"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"}, 2},
+             {{"--context-parallel-size", "2"}, 2},
+             {{"--mtp-num-layers", "1"}, 1},
+         }) {
+      std::vector<std::string> flags = base;
+      flags.insert(flags.end(), c.flags.begin(), c.flags.end());
+      Cli cli;
+      const Status st = cli.parse_minimal(flags, c.world);
+      EXPECT_TRUE(st.ok()) << st.message() << " (" << flags.back() << ")";
+    }
 }
 
 }  // namespace

@@ -127,6 +127,23 @@ TEST(CachedLogits, DatasetHashIsMegatrons) {
             R"("train_samples":null,"blend":{"kind":"mock","mock":true}},"saver":{"k":8,"p":0.9,"min_k":2,"save_dtype":"bf16"}})");
 }
 
+// Python, as above with blend={'kind': 'blend_per_split', 'train': [...]} (Megatron's
+// _blend_identifiers for --train-data-path) and {'kind': 'blend_per_split', 'train': None} (per-split
+// flags without a train split).
+TEST(CachedLogits, DatasetHashOfPerSplitBlendsIsMegatrons) {
+  LogitsDatasetIdentity id;
+  id.seed = 1234;
+  id.seq_length = 64;
+  id.train_samples = 128;
+  id.per_split = true;
+  id.blend = {{0.3, "a_text_document"}, {0.7, "b_text_document"}};
+  EXPECT_EQ(cached_logits_dataset_hash(id), "6253618c6890cd2dfaf4ae1e0cbdab0a");
+  id.blend = {{1.0, "only"}};
+  EXPECT_EQ(cached_logits_dataset_hash(id), "9d72e6dc140a6da9a1cc99d7ae14559f");
+  id.blend.clear();
+  EXPECT_EQ(cached_logits_dataset_hash(id), "d1ddf40f0bd46ca9d66d4d3ed3d5b53a");
+}
+
 class CachedLogitsDir : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -179,6 +196,115 @@ std::string hash_for(int64_t seed) {
   id.seed = seed;
   id.seq_length = 2;
   return cached_logits_dataset_hash(id);
+}
+
+// Megatron's load-balanced split written out: 2·N chunks of S/(2N); rank r holds chunks r and 2N−1−r.
+int64_t lb_position(int64_t S, int N, int r, int64_t s) {
+  const int64_t C = S / (2 * N);
+  return (s < C ? r : 2 * N - 1 - r) * C + s % C;
+}
+
+// A whole micro-batch [S = 8, B = 2, K = 3] tagged by (position, sample, entry), its CP 2 and CP 4
+// parts (one with a shorter K, as a top-P teacher's rank may have): each reshard gives every
+// rank's positions in its order, padded with the sentinels, and back to one rank the whole.
+TEST(CachedLogits, CpReshardMovesEachPositionToItsRank) {
+  constexpr int64_t S = 8, B = 2, K = 3;
+  auto value = [](int64_t g, int64_t b, int64_t k) { return -static_cast<float>(g * 100 + b * 10 + k); };
+  auto part = [&](int N, int r, int64_t keep_k) {
+    TopKLogProbs t;
+    t.S = S / N;
+    t.B = B;
+    t.K = keep_k;
+    for (int64_t s = 0; s < t.S; ++s)
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t k = 0; k < keep_k; ++k) {
+          const int64_t g = lb_position(S, N, r, s);
+          t.logprobs.push_back(value(g, b, k));
+          t.indices.push_back(g * 100 + b * 10 + k);
+        }
+    return t;
+  };
+  for (int saved : {1, 2, 4})
+    for (int N : {1, 2, 4}) {
+      std::vector<std::vector<TopKLogProbs>> per;
+      for (int c = 0; c < saved; ++c) per.push_back({part(saved, c, c == 1 ? K - 1 : K), part(saved, c, K)});
+      for (int r = 0; r < N; ++r) {
+        auto got = cached_logits_cp_reshard(per, r, N);
+        ASSERT_TRUE(got.ok()) << got.status().message();
+        ASSERT_EQ(got->size(), 2u);
+        for (size_t m = 0; m < 2; ++m) {
+          const TopKLogProbs& t = (*got)[m];
+          ASSERT_EQ(t.S, S / N);
+          ASSERT_EQ(t.B, B);
+          ASSERT_EQ(t.K, K);
+          for (int64_t s = 0; s < t.S; ++s)
+            for (int64_t b = 0; b < B; ++b)
+              for (int64_t k = 0; k < K; ++k) {
+                const int64_t g = lb_position(S, N, r, s);
+                const int64_t i = (s * B + b) * K + k;
+                // Position g came from saved rank c = the rank holding it; rank 1's first list has K − 1.
+                int holder = 0;
+                for (int c = 0; c < saved; ++c)
+                  for (int64_t q = 0; q < S / saved; ++q) holder = lb_position(S, saved, c, q) == g ? c : holder;
+                if (m == 0 && holder == 1 && k == K - 1) {
+                  EXPECT_EQ(t.logprobs[i], kCachedLogitsLogprobSentinel);
+                  EXPECT_EQ(t.indices[i], kCachedLogitsMaskedIndex);
+                } else {
+                  EXPECT_EQ(t.logprobs[i], value(g, b, k)) << saved << " -> " << N << " rank " << r << " s " << s;
+                  EXPECT_EQ(t.indices[i], g * 100 + b * 10 + k);
+                }
+              }
+        }
+      }
+    }
+  std::vector<std::vector<TopKLogProbs>> uneven = {{part(2, 0, K)}, {part(2, 1, K), part(2, 1, K)}};
+  EXPECT_FALSE(cached_logits_cp_reshard(uneven, 0, 1).ok());
+  std::vector<std::vector<TopKLogProbs>> odd = {{part(1, 0, K)}};
+  EXPECT_FALSE(cached_logits_cp_reshard(odd, 0, 3).ok());  // 8 is not a multiple of 2·3
+}
+
+// Each cp{C} shard holds one CP rank's chunk; a student at the saved CP size reads its own shards,
+// at another reads every saved CP rank's and reshards (here the saved ranks' shards are copies, so
+// the resharded rows are the same rows in a new order).
+TEST_F(CachedLogitsDir, ReaderReshardsAnotherContextParallelSize) {
+  save(1, 1, meta_for(5));  // cp0_dp0 shards only: saved at CP 1, [S = 2, B = 1]
+  auto same = CachedLogitsReader::open(dir_.string(), 0, 0, 1, hash_for(5), 1);
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ(same->saved_cp_size(), 1);
+  auto whole = same->iteration(1);
+  ASSERT_TRUE(whole.ok());
+  for (int r = 0; r < 2; ++r) {  // CP 2 of a sequence of 2: not a multiple of 2·CP = 4
+    auto two = CachedLogitsReader::open(dir_.string(), r, 0, 1, hash_for(5), 2);
+    ASSERT_TRUE(two.ok()) << two.status().message();
+    auto mbs = two->iteration(1);
+    ASSERT_FALSE(mbs.ok());
+    EXPECT_NE(mbs.status().message().find("must be divisible by 2 x --context-parallel-size 2"), std::string::npos)
+        << mbs.status().message();
+  }
+  std::filesystem::copy_file(dir_ / cached_logits_tar_name(0, 0, 1), dir_ / cached_logits_tar_name(1, 0, 1));
+  std::filesystem::copy_file(dir_ / cached_logits_tar_name(0, 0, 3), dir_ / cached_logits_tar_name(1, 0, 3));
+  auto one = CachedLogitsReader::open(dir_.string(), 0, 0, 1, hash_for(5), 1);  // saved at CP 2 now
+  ASSERT_TRUE(one.ok()) << one.status().message();
+  EXPECT_EQ(one->saved_cp_size(), 2);
+  auto merged = one->iteration(1);
+  ASSERT_TRUE(merged.ok()) << merged.status().message();
+  ASSERT_EQ(merged->size(), 1u);
+  EXPECT_EQ((*merged)[0].S, 4);  // two ranks of 2 positions
+  const TopKLogProbs& w = (*whole)[0];
+  // Merged position g came from rank c's local s: rows of the copy, rank 0 -> chunks 0, 3; rank 1 -> 1, 2.
+  for (int64_t g = 0; g < 4; ++g) {
+    const int64_t s = (g == 0 || g == 1) ? 0 : 1;
+    for (int64_t k = 0; k < w.K; ++k) {
+      EXPECT_EQ((*merged)[0].logprobs[g * w.K + k], w.logprobs[s * w.K + k]);
+      EXPECT_EQ((*merged)[0].indices[g * w.K + k], w.indices[s * w.K + k]);
+    }
+  }
+  std::filesystem::remove(dir_ / cached_logits_tar_name(1, 0, 1));
+  std::filesystem::remove(dir_ / cached_logits_tar_name(1, 0, 3));
+  std::filesystem::copy_file(dir_ / cached_logits_tar_name(0, 0, 1), dir_ / cached_logits_tar_name(2, 0, 1));
+  auto gap = CachedLogitsReader::open(dir_.string(), 0, 0, 1, hash_for(5), 1);  // cp0 and cp2, no cp1
+  ASSERT_FALSE(gap.ok());
+  EXPECT_NE(gap.status().message().find("no shards for cp1_dp0"), std::string::npos) << gap.status().message();
 }
 
 // Saved at DP 2 with 2 micro-batches per rank: a student at DP 1 gets the 4 global micro-batches

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <unistd.h>
 
 #include "model/topk_kl.h"
@@ -171,6 +172,48 @@ TEST(LogitsDatasetIdentity, FromTheCommandLineAsMegatronsHash) {
   b = logits_dataset_identity(weighted.args);
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(b.value().blend, (std::vector<std::pair<double, std::string>>{{1.0, "only"}}));
+  EXPECT_FALSE(b.value().per_split);
+}
+
+// --train-data-path (and --per-split-data-args-path's "train"): Megatron's "blend_per_split" of
+// the train split; --data-path wins over the per-split flags (get_blend_and_blend_per_split).
+TEST_F(LogitsKdHooks, DatasetIdentityOfPerSplitDataPaths) {
+  testing::PretrainCli cli;
+  std::vector<std::string> argv = testing::minimal_pretrain_flags();
+  argv.erase(std::find(argv.begin(), argv.end(), "--mock-data"));
+  for (const char* f : {"--train-data-path", "30", "/d/train_a", "70", "/d/train_b.idx", "--valid-data-path", "/d/v"})
+    argv.push_back(f);
+  (void)cli.parse(argv);
+  StatusOr<LogitsDatasetIdentity> a = logits_dataset_identity(cli.args);
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  EXPECT_TRUE(a.value().per_split);
+  EXPECT_EQ(a.value().blend, (std::vector<std::pair<double, std::string>>{{30.0, "train_a"}, {70.0, "train_b"}}));
+  cli.args.data.train_data_path.clear();  // only a validation split: "train": null
+  a = logits_dataset_identity(cli.args);
+  ASSERT_TRUE(a.ok());
+  EXPECT_TRUE(a.value().per_split);
+  EXPECT_TRUE(a.value().blend.empty());
+  fs::create_directories(dir_);
+  const std::string json = (dir_ / "splits.json").string();
+  {
+    std::ofstream(json) << R"({"train": "0.5 /x/p 0.5 /x/q", "valid": null, "test": null})";
+  }
+  cli.args.data.valid_data_path.clear();
+  cli.args.data.per_split_data_args_path = json;
+  a = logits_dataset_identity(cli.args);
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  EXPECT_TRUE(a.value().per_split);
+  EXPECT_EQ(a.value().blend, (std::vector<std::pair<double, std::string>>{{0.5, "p"}, {0.5, "q"}}));
+  cli.args.data.data_path = {"/d/main"};  // --data-path first: a plain "blend"
+  a = logits_dataset_identity(cli.args);
+  ASSERT_TRUE(a.ok());
+  EXPECT_FALSE(a.value().per_split);
+  EXPECT_EQ(a.value().blend, (std::vector<std::pair<double, std::string>>{{1.0, "main"}}));
+  cli.args.data.data_path.clear();
+  cli.args.data.per_split_data_args_path = (dir_ / "missing.json").string();
+  a = logits_dataset_identity(cli.args);
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("--per-split-data-args-path"), std::string::npos) << a.status().message();
 }
 
 }  // namespace
