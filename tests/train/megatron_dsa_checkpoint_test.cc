@@ -109,5 +109,21 @@ TEST(MegatronDsaCheckpoint, WritesMegatronMainsTp2FilesAndReadsThemBack) {
   for (const auto& [name, t] : m->tensors) EXPECT_TRUE(same_tensor(t, back->tensors.at(name))) << name;
 }
 
+// A DSA model's MTP layers (each with an indexer in Megatron main) are refused with MLA's, naming the flag.
+TEST(MegatronDsaCheckpoint, MtpLayersAreRefused) {
+  TempDir tmp;
+  auto m = read_megatron_checkpoint(dsa("tp1"));
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  ModelArgs with_mtp = m->model;
+  with_mtp.mtp_num_layers = 1;
+  MegatronSaveOptions o;
+  o.save_dir = tmp.file("mg");
+  std::vector<NamedTensor> tensors;
+  for (const auto& [name, t] : m->tensors) tensors.push_back({name, t});
+  const Status s = write_megatron_checkpoint(o, with_mtp, tensors);
+  EXPECT_EQ(s.message(), "writing Megatron's torch format of a model with --mtp-num-layers 1 and "
+                         "--multi-latent-attention: not supported yet (expected MTP layers with standard attention)");
+}
+
 }  // namespace
 }  // namespace gale
