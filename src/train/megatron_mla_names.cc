@@ -85,11 +85,35 @@ Status split_fused_down_proj(const std::string& name, const std::string& prefix,
   return Status::Ok();
 }
 
+// The pre-refactor AbsorbedMLASelfAttention's linear_k_up_proj.weight [NH·Dn, Ckv] and
+// linear_v_up_proj.weight [NH·Dv, Ckv] (heads in order, TP-merged) as linear_kv_up_proj.weight, per
+// head [k_h; v_h] (as Megatron main's _combine_split_kv_up_weights).
+StatusOr<Tensor> combine_split_kv_up(const std::string& prefix, const Tensor& k, const Tensor& v, int64_t heads,
+                                     int64_t dn, int64_t dv, const std::string& where) {
+  const int64_t ckv = k.ndim() == 2 ? k.shape()[1] : -1;
+  if (heads <= 0 || k.ndim() != 2 || v.ndim() != 2 || k.shape()[0] != heads * dn || v.shape()[0] != heads * dv ||
+      v.shape()[1] != ckv || k.dtype() != v.dtype())
+    return DataLoss(where, ": tensors '", prefix, "self_attention.linear_k_up_proj.weight' ", k.shape_string(), " and '",
+                    prefix, "self_attention.linear_v_up_proj.weight' ", v.shape_string(), ": expected [",
+                    heads * dn, ", kv_lora_rank] and [", heads * dv,
+                    ", kv_lora_rank] (num_attention_heads x qk_head_dim and x v_head_dim in args)");
+  Tensor out = Tensor::empty({heads * (dn + dv), ckv}, k.dtype());
+  const int64_t row = ckv * dtype_size(k.dtype());
+  char* dst = static_cast<char*>(out.raw());
+  for (int64_t h = 0; h < heads; ++h) {
+    std::memcpy(dst + h * (dn + dv) * row, static_cast<const char*>(k.raw()) + h * dn * row, static_cast<size_t>(dn * row));
+    std::memcpy(dst + (h * (dn + dv) + dn) * row, static_cast<const char*>(v.raw()) + h * dv * row,
+                static_cast<size_t>(dv * row));
+  }
+  return out;
+}
+
 }  // namespace
 
 bool megatron_mla_column_parallel(const std::string& rest) {
   for (const char* p : {"linear_q_proj.weight", "linear_q_down_proj.weight", "linear_q_up_proj.weight",
-                        "linear_kv_down_proj.weight", "linear_kv_up_proj.weight", "linear_qkv_down_proj.weight"})
+                        "linear_kv_down_proj.weight", "linear_kv_up_proj.weight", "linear_qkv_down_proj.weight",
+                        "linear_k_up_proj.weight", "linear_v_up_proj.weight"})
     if (rest == std::string(kAttn) + p) return true;
   return false;
 }
@@ -111,10 +135,15 @@ Status megatron_mla_to_gale(const nlohmann::json& args, int64_t tp, const std::s
                          "None): not supported yet (Megatron norms only the key/value latent there; Gale's "
                          "--qk-layernorm without --q-lora-rank also norms the input of linear_q_proj)");
   std::map<std::string, Tensor> out;
+  std::map<std::string, std::pair<Tensor, Tensor>> split_kv_up;  // layer prefix -> (k_up, v_up)
   for (auto& [name, t] : tensors) {
     std::string prefix, rest;
     if (!split_layer_name(name, &prefix, &rest)) {
       out.emplace(name, std::move(t));
+      continue;
+    }
+    if (rest == "self_attention.linear_k_up_proj.weight" || rest == "self_attention.linear_v_up_proj.weight") {
+      (rest == "self_attention.linear_k_up_proj.weight" ? split_kv_up[prefix].first : split_kv_up[prefix].second) = t;
       continue;
     }
     for (const auto& [local, fused] : kNormRenames)
@@ -155,6 +184,17 @@ Status megatron_mla_to_gale(const nlohmann::json& args, int64_t tp, const std::s
       }
     }
     out.emplace(prefix + rest, std::move(t));
+  }
+  for (const auto& [prefix, kv] : split_kv_up) {
+    const std::string combined = prefix + "self_attention.linear_kv_up_proj.weight";
+    if (!kv.first.defined() || !kv.second.defined() || out.count(combined))
+      return DataLoss(where, ": layer '", prefix, "': expected linear_kv_up_proj.weight or both of Megatron's earlier "
+                      "linear_k_up_proj.weight and linear_v_up_proj.weight, found ",
+                      out.count(combined) ? "the combined and a split one" : "only one of the split ones");
+    GALE_ASSIGN_OR_RETURN(out[combined], combine_split_kv_up(prefix, kv.first, kv.second,
+                                                             args.value("num_attention_heads", int64_t{0}),
+                                                             args.value("qk_head_dim", int64_t{0}),
+                                                             args.value("v_head_dim", int64_t{0}), where));
   }
   tensors = std::move(out);
   return Status::Ok();

@@ -20,7 +20,9 @@
 // is the MLA's core_attention and holds the lightning indexer, so Gale's self_attention.indexer.*
 // (model/dsa_indexer.h) is Megatron's self_attention.core_attention.indexer.{linear_wq_b.weight,
 // linear_wk.weight, k_norm.weight, k_norm.bias, linear_weights_proj.weight}, duplicated on every TP
-// rank; its q_layernorm / kv_layernorm are unfused (the local names) in every backend. Megatron's fused down projection
+// rank; its q_layernorm / kv_layernorm are unfused (the local names) in every backend. Its earlier
+// AbsorbedMLASelfAttention saved linear_k_up_proj.weight [NH·Dn, Ckv] and linear_v_up_proj.weight
+// [NH·Dv, Ckv] (column-parallel) instead of linear_kv_up_proj: read, they are combined per head. Megatron's fused down projection
 // (--mla-down-proj-fusion: linear_qkv_down_proj.weight [Cq + Ckv + R, H], the row concatenation
 // [q_down; kv_down], column-parallel with each rank's [q rows; kv rows], and the folded input norm
 // linear_qkv_down_proj.layer_norm_weight / _bias) is read by splitting it back into Gale's (and

@@ -7,6 +7,7 @@
 // reference logits (the HF fixture's golden, within 1e-4); TP 2 merges into the TP 1 tensors bit for
 // bit; Gale -> Megatron at TP 2 writes the fixture's rank files (same keys, `_extra_state` entries,
 // bytes, the DSA flags in args) and reads back bit for bit.
+#include <filesystem>
 #include <map>
 
 #include "ckpt/safetensors.h"
@@ -107,6 +108,65 @@ TEST(MegatronDsaCheckpoint, WritesMegatronMainsTp2FilesAndReadsThemBack) {
   EXPECT_EQ(back->model.dsa_indexer_topk, 5);
   ASSERT_EQ(back->tensors.size(), m->tensors.size());
   for (const auto& [name, t] : m->tensors) EXPECT_TRUE(same_tensor(t, back->tensors.at(name))) << name;
+}
+
+// Megatron's earlier AbsorbedMLASelfAttention saved linear_k_up_proj / linear_v_up_proj (column-
+// parallel) instead of linear_kv_up_proj: rank files holding them read into the same tensors; only
+// one of them is an error.
+TEST(MegatronDsaCheckpoint, SplitKvUpProjectionsCombinePerHead) {
+  TempDir tmp;
+  const int64_t NH = 2, Dn = 8, Dv = 6;  // per TP-2 rank: 4 heads / 2
+  auto rewrite = [&](const std::string& out, bool drop_v) {
+    for (int t = 0; t < 2; ++t) {
+      const std::string rank = str_cat("iter_0000007/mp_rank_0", t, "/model_optim_rng.pt");
+      auto root = read_torch_file(dsa("tp2/" + rank));
+      ASSERT_TRUE(root.ok());
+      PyValue& sd = *const_cast<PyValue*>((*root)->get("model"));
+      PyValue edited;
+      edited.kind = PyValue::kDict;
+      for (const auto& [k, v] : sd.entries) {
+        const size_t at = k->s.find("self_attention.linear_kv_up_proj.");
+        if (at == std::string::npos) {
+          edited.set(k->s, v);
+          continue;
+        }
+        const std::string layer = k->s.substr(0, at) + "self_attention.";
+        if (v->kind != PyValue::kTensor) {  // _extra_state
+          edited.set(layer + "linear_k_up_proj._extra_state", PyValue::none());
+          if (!drop_v) edited.set(layer + "linear_v_up_proj._extra_state", PyValue::none());
+          continue;
+        }
+        const Tensor& kv = v->data;  // [NH·(Dn + Dv), Ckv], per head [k; v]
+        const int64_t C = kv.shape()[1];
+        Tensor k_up = Tensor::empty({NH * Dn, C}), v_up = Tensor::empty({NH * Dv, C});
+        for (int64_t h = 0; h < NH; ++h) {
+          std::memcpy(k_up.data<float>() + h * Dn * C, kv.data<float>() + h * (Dn + Dv) * C, Dn * C * sizeof(float));
+          std::memcpy(v_up.data<float>() + h * Dv * C, kv.data<float>() + (h * (Dn + Dv) + Dn) * C,
+                      Dv * C * sizeof(float));
+        }
+        edited.set(layer + "linear_k_up_proj.weight", PyValue::tensor(k_up));
+        if (!drop_v) edited.set(layer + "linear_v_up_proj.weight", PyValue::tensor(v_up));
+      }
+      sd.entries = edited.entries;
+      std::filesystem::create_directories(std::filesystem::path(out + "/" + rank).parent_path());
+      ASSERT_TRUE(write_torch_file(out + "/" + rank, **root).ok());
+    }
+    std::ofstream(out + "/latest_checkpointed_iteration.txt") << "7";
+  };
+  rewrite(tmp.file("split"), false);
+  auto a = read_megatron_checkpoint(dsa("tp1"));
+  auto b = read_megatron_checkpoint(tmp.file("split"));
+  ASSERT_TRUE(a.ok() && b.ok()) << b.status().message();
+  ASSERT_EQ(a->tensors.size(), b->tensors.size());
+  for (const auto& [name, t] : a->tensors) EXPECT_TRUE(same_tensor(t, b->tensors.at(name))) << name;
+  rewrite(tmp.file("k_only"), true);
+  auto bad = read_megatron_checkpoint(tmp.file("k_only"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("layer 'decoder.layers.0.': expected linear_kv_up_proj.weight or both of "
+                                        "Megatron's earlier linear_k_up_proj.weight and linear_v_up_proj.weight, found "
+                                        "only one of the split ones"),
+            std::string::npos)
+      << bad.status().message();
 }
 
 // A DSA model's MTP layers (each with an indexer in Megatron main) are refused with MLA's, naming the flag.
