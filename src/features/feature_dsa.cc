@@ -25,7 +25,9 @@
 // keeps each layer's indexer keys and a decode step picks each new query's top-k among all cached
 // positions (model/dsa_indexer.h dsa_indexer_decode); the batched engine (--prompts-file, dynamic
 // batching) keeps each request's indexer keys in its blocks and selects among its own positions
-// (dsa_indexer_ragged); --flash-decode and conversion are refused.
+// (dsa_indexer_ragged); --flash-decode is refused. gale convert reads and writes Hugging Face's
+// DeepseekV32ForCausalLM (train/hf_deepseek_v32.h) and Megatron's formats (the indexer under
+// core_attention, train/megatron_mla_names.h); a DSA model's MTP layers are refused there.
 //
 // gdn (Megatron's deprecated spelling gated_delta_net accepted): Qwen3-Next's Gated DeltaNet replaces
 // self-attention in the layers --linear-attention-freq selects (an int N: every N-th layer keeps full
@@ -98,7 +100,8 @@ class DsaFeature : public Feature {
            "only to them, the indexer learns from a KL loss (--dsa-indexer-loss-coeff, --dsa-indexer-use-sparse-loss) "
            "logged as indexer loss; --use-fused-sparse-flash-attention: fused sparse attention kernels; needs "
            "--multi-latent-attention and --qk-layernorm; generate/evaluate and batched serving with a KV cache of "
-           "indexer keys; no TP/SP/CP, attention dropout, MTP, --flash-decode, conversion; --use-dsa-absorb, "
+           "indexer keys; gale convert to and from Hugging Face DeepseekV32ForCausalLM and Megatron's formats; "
+           "no TP/SP/CP, attention dropout, MTP, --flash-decode; --use-dsa-absorb, "
            "--use-fused-lightning-indexer, --use-fused-lightning-indexer-kl-loss not supported yet";
   }
   void register_args(ArgParser& parser) override {

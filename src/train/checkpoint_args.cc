@@ -502,7 +502,7 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
     GALE_RETURN_IF_ERROR(get(args, "mscale_all_dim", where, &m.mscale_all_dim));
   }
   // DeepSeek sparse attention: the indexer's sizes (a loss coefficient of None or absent: 0, as the
-  // flag's default), checked as the flags; conversion refuses it (refuse_variant_conversion).
+  // flag's default), checked as the flags.
   if (auto it = args.find("experimental_attention_variant"); it != args.end() && *it == "dsa") {
     m.experimental_attention_variant = "dsa";
     GALE_RETURN_IF_ERROR(get(args, "dsa_indexer_n_heads", where, &m.dsa_indexer_n_heads));
@@ -579,13 +579,13 @@ Status refuse_variant_conversion(const ModelArgs& m, const std::string& where) {
   if (v == "gdn2")  // no Hugging Face architecture holds it, and Megatron's formats refuse GDN models here
     return Unimplemented(where, ": a Gated DeltaNet-2 model (args 'experimental_attention_variant' \"gdn2\"): "
                          "conversion to or from Megatron's and Hugging Face's formats is not supported yet");
-  if (v != "gdn" && v != "dsa") return Status::Ok();
-  if (v == "gdn")  // Hugging Face's Qwen3-Next converts both ways (train/hf_weights.h); Megatron's formats do not
-    return Unimplemented(where, ": a Gated DeltaNet model (args 'experimental_attention_variant' \"gdn\"): conversion "
-                         "to or from Megatron's format is not supported yet (Qwen3NextForCausalLM converts to and "
-                         "from Hugging Face)");
-  return Unimplemented(where, ": a DeepSeek sparse attention model (args 'experimental_attention_variant' \"", v,
-                       "\"): conversion to or from Megatron's and Hugging Face's formats is not supported yet");
+  // DSA converts both ways: Hugging Face's DeepseekV32ForCausalLM (train/hf_deepseek_v32.h) and
+  // Megatron's formats (train/megatron_mla_names.h, the indexer under core_attention).
+  if (v != "gdn") return Status::Ok();
+  // Hugging Face's Qwen3-Next converts both ways (train/hf_weights.h); Megatron's formats do not
+  return Unimplemented(where, ": a Gated DeltaNet model (args 'experimental_attention_variant' \"gdn\"): conversion "
+                       "to or from Megatron's format is not supported yet (Qwen3NextForCausalLM converts to and "
+                       "from Hugging Face)");
 }
 
 namespace {

@@ -39,10 +39,11 @@ nlohmann::json model_flags_json(const ModelArgs& m);
 // recorded them) are InvalidArgument naming the missing key.
 StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::string& where);
 
-// Unimplemented for a Gated DeltaNet or a DeepSeek sparse attention model (`where`: the checkpoint
-// whose args `m` are): converting it to or from Megatron's formats (and, for DeepSeek sparse
-// attention, Hugging Face's; a Gated DeltaNet model is Hugging Face's Qwen3NextForCausalLM) is not
-// supported yet; so is a hybrid model with Gated DeltaNet layers ('G'), in every format. Ok otherwise.
+// Unimplemented for a Gated DeltaNet model (`where`: the checkpoint
+// whose args `m` are): converting a Gated DeltaNet model to or from Megatron's formats (it is Hugging
+// Face's Qwen3NextForCausalLM) or a Gated DeltaNet-2 model to any format is not supported yet; so is a
+// hybrid model with Gated DeltaNet layers ('G'), in every format. Ok otherwise (DeepSeek sparse
+// attention converts to both).
 Status refuse_variant_conversion(const ModelArgs& m, const std::string& where);
 
 // The MoE flags that shape the model (num_experts, moe_router_topk, moe_ffn_hidden_size,

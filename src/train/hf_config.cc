@@ -6,6 +6,8 @@
 #include <cmath>
 #include <optional>
 
+#include "train/hf_deepseek_v32.h"
+
 namespace gale {
 
 const char* hf_architecture_name(HfArchitecture a) {
@@ -1148,7 +1150,7 @@ StatusOr<HfModel> hf_model_from_config(const nlohmann::json& raw_config, const s
   else if (name == "MistralForCausalLM") out.arch = HfArchitecture::kMistral;
   else if (name == "MixtralForCausalLM") out.arch = HfArchitecture::kMixtral;
   else if (name == "Qwen2MoeForCausalLM") out.arch = HfArchitecture::kQwen2Moe;
-  else if (name == "DeepseekV3ForCausalLM") out.arch = HfArchitecture::kDeepseekV3;
+  else if (name == "DeepseekV3ForCausalLM" || name == kDeepseekV32Name) out.arch = HfArchitecture::kDeepseekV3;
   else if (name == "Qwen3ForCausalLM") out.arch = HfArchitecture::kQwen3;
   else if (name == "Qwen3MoeForCausalLM") out.arch = HfArchitecture::kQwen3Moe;
   else if (name == "Qwen3NextForCausalLM") out.arch = HfArchitecture::kQwen3Next;
@@ -1160,13 +1162,14 @@ StatusOr<HfModel> hf_model_from_config(const nlohmann::json& raw_config, const s
     return Unimplemented(path, ": architecture '", name,
                          "' is not supported yet (supported: GPT2LMHeadModel, BloomForCausalLM, LlamaForCausalLM, "
                          "Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, MixtralForCausalLM, "
-                         "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Qwen3NextForCausalLM, DeepseekV3ForCausalLM, GptOssForCausalLM, "
-                         "InternLM2ForCausalLM, Phi3ForCausalLM)");
+                         "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Qwen3NextForCausalLM, DeepseekV3ForCausalLM, DeepseekV32ForCausalLM, "
+                         "GptOssForCausalLM, InternLM2ForCausalLM, Phi3ForCausalLM)");
   GALE_RETURN_IF_ERROR(out.arch == HfArchitecture::kGpt2         ? read_gpt2(c, out)
                        : out.arch == HfArchitecture::kBloom      ? read_bloom(c, out)
                        : out.arch == HfArchitecture::kDeepseekV3 ? read_deepseek_v3(c, out)
                        : out.arch == HfArchitecture::kGptOss     ? read_gpt_oss(c, out)
                                                                  : read_llama_family(c, config, out));
+  if (name == kDeepseekV32Name) GALE_RETURN_IF_ERROR(read_deepseek_v32_indexer(config, path, out));
   GALE_ASSIGN_OR_RETURN(out.vocab_size, c.positive("vocab_size"));
   GALE_ASSIGN_OR_RETURN(out.torch_dtype, c.string("torch_dtype", ""));
   out.target_tensor_parallel = tensor_parallel;
@@ -1225,6 +1228,7 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
     return Unimplemented(where, ": the model has --embed-layernorm, which Gale writes only as BloomForCausalLM "
                          "(with --position-embedding-type alibi)");
   if (m.multi_latent_attention) GALE_RETURN_IF_ERROR(deepseek_v3_from_args(m, moe, where));
+  if (hf_is_deepseek_v32(m)) GALE_RETURN_IF_ERROR(deepseek_v32_from_args(m, where));
   out.mtp_layers = m.mtp_num_layers == kUnset ? 0 : m.mtp_num_layers;
   if (out.mtp_layers > 0 && !m.multi_latent_attention)
     return Unimplemented(where, ": the model has --mtp-num-layers ", out.mtp_layers,
@@ -1362,6 +1366,7 @@ nlohmann::json hf_config_json(const HfModel& hf, const std::string& torch_dtype)
     j["tie_word_embeddings"] = true;
   } else if (hf.arch == HfArchitecture::kDeepseekV3) {
     add_deepseek_v3_config(hf, &j);
+    if (hf_is_deepseek_v32(m)) add_deepseek_v32_config(m, &j);
   } else {
     j["model_type"] = hf.arch == HfArchitecture::kQwen2      ? "qwen2"
                       : hf.arch == HfArchitecture::kMistral  ? "mistral"

@@ -9,6 +9,7 @@
 #include "ckpt/checkpoint_reader.h"
 #include "ckpt/checkpoint_writer.h"
 #include "ckpt/model_checkpoint.h"
+#include "train/hf_deepseek_v32.h"
 #include "ckpt/safetensors.h"
 #include "comm/communicator.h"
 #include "train/arguments.h"
@@ -119,15 +120,21 @@ Status convert_hf_to_gale(const HfToGaleOptions& o, const ConvertLog& log) {
     m.mtp_layers = o.mtp_num_layers;
     m.model.mtp_num_layers = m.mtp_layers > 0 ? m.mtp_layers : kUnset;
   }
+  GALE_RETURN_IF_ERROR(refuse_deepseek_v32_mtp(m.model, m.mtp_layers, hf.config_path()));
   if (!o.num_layer_list.empty()) GALE_RETURN_IF_ERROR(check_num_layer_list(o, m.model.num_layers, hf.config_path(), log));
   for (const std::string& w : m.warnings) log("warning: " + w);
-  log(str_cat("converting ", hf_architecture_name(m.arch), " from ", o.load_dir, ": ", m.model.num_layers,
+  const char* arch_name = hf_is_deepseek_v32(m.model) ? kDeepseekV32Name : hf_architecture_name(m.arch);
+  log(str_cat("converting ", arch_name, " from ", o.load_dir, ": ", m.model.num_layers,
               " layers, hidden ", m.model.hidden_size, ", ", m.model.num_attention_heads, " heads (",
               m.model.num_kv_heads, " key/value), vocabulary ", m.vocab_size, " padded to ", m.model.padded_vocab_size));
   if (m.moe.enabled())
     log(str_cat("experts: ", m.moe.num_experts, " per layer, top-", m.moe.moe_router_topk, ", ffn ",
                 m.moe.moe_ffn_hidden_size, " (router_aux_loss_coef ", m.moe.moe_aux_loss_coeff,
                 " is a training flag: pass --moe-aux-loss-coeff to gale pretrain)"));
+  if (hf_is_deepseek_v32(m.model))
+    log(str_cat("DeepSeek sparse attention: indexer ", m.model.dsa_indexer_n_heads, " heads of ",
+                m.model.dsa_indexer_head_dim, ", top-", m.model.dsa_indexer_topk,
+                " keys (bf16/fp32 scores: DeepSeek's fp8 indexer kernel can pick other keys at near-ties)"));
   if (m.arch == HfArchitecture::kDeepseekV3)
     log(str_cat("multi-latent attention: q_lora_rank ", m.model.q_lora_rank, ", kv_lora_rank ", m.model.kv_lora_rank,
                 ", YaRN factor ", m.model.rotary_scaling_factor, "; ",
@@ -203,7 +210,7 @@ Status convert_hf_to_gale(const HfToGaleOptions& o, const ConvertLog& log) {
                             store));
   for (const std::string& name : hf.unread())
     if (!hf_tensor_ignorable(m, name))
-      return FailedPrecondition(o.load_dir, ": tensor '", name, "' has no place in a ", hf_architecture_name(m.arch),
+      return FailedPrecondition(o.load_dir, ": tensor '", name, "' has no place in a ", arch_name,
                                 " built from ", hf.config_path(), " (an option Gale does not support?)");
 
   Arguments args;
@@ -224,7 +231,7 @@ Status convert_hf_to_gale(const HfToGaleOptions& o, const ConvertLog& log) {
                          {"consumed_train_samples", 0},
                          {"consumed_valid_samples", 0},
                          {"num_floating_point_operations_so_far", 0.0}};
-  sections["hf_source"] = {{"architecture", hf_architecture_name(m.arch)},
+  sections["hf_source"] = {{"architecture", arch_name},
                            {"directory", o.load_dir},
                            {"torch_dtype", m.torch_dtype}};
   // InternLM2's dynamic NTK rope_scaling (read as plain RoPE), written back by `gale convert` to HF.
@@ -273,7 +280,8 @@ Status convert_gale_to_hf(const GaleToHfOptions& o, const ConvertLog& log) {
     if (!note.empty()) log("warning: " + note);
   }
   if (o.use_ema) log("writing the parameter EMA (optimizer.ema_params.*) instead of the trained weights");
-  log(str_cat("converting ", r.directory(), " (iteration ", r.iteration(), ") to ", hf_architecture_name(m.arch),
+  log(str_cat("converting ", r.directory(), " (iteration ", r.iteration(), ") to ",
+              hf_is_deepseek_v32(m.model) ? kDeepseekV32Name : hf_architecture_name(m.arch),
               ": vocabulary ", m.model.padded_vocab_size, " -> ", m.vocab_size,
               m.mtp_layers > 0 ? str_cat(", ", m.mtp_layers, " MTP layers (num_nextn_predict_layers)") : std::string()));
   std::optional<LoraMerge> merge;

@@ -3,6 +3,8 @@
 
 #include <cstring>
 
+#include "train/hf_deepseek_v32.h"
+
 namespace gale {
 
 namespace {
@@ -458,6 +460,9 @@ Status copy_deepseek_v3_layer(Direction dir, const HfModel& m, const std::string
   for (const MlaPair& p : mla_pairs(m))
     GALE_RETURN_IF_ERROR(
         copy_tensor(dir, hf + p.hf, gale + p.gale, p.cols ? Shape{p.rows, p.cols} : Shape{p.rows}, mp));
+  if (hf_is_deepseek_v32(m.model))  // DeepSeek-V3.2's lightning indexer, row for row (train/hf_deepseek_v32.h)
+    for (const IndexerPair& p : deepseek_v32_indexer_pairs(m.model))
+      GALE_RETURN_IF_ERROR(copy_tensor(dir, hf + p.hf, gale + p.gale, p.shape, mp));
   GALE_RETURN_IF_ERROR(
       copy_tensor(dir, hf + "post_attention_layernorm.weight", gale + "pre_mlp_layernorm.weight", {d.H}, mp));
   if (!moe) return copy_swiglu_mlp(dir, hf + "mlp.", gale + "mlp.", d.F, d.H, mp);

@@ -744,7 +744,9 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
         } else {
           return Unimplemented("tensor '", name, "' has no place in Megatron-Core's GPT model (not supported yet)");
         }
-        GALE_ASSIGN_OR_RETURN(Tensor piece, megatron_cut_tp(w, megatron_split_of(name, swiglu), tp, t, name));
+        const MegatronSplit split =
+            megatron_mla_duplicated(model, name) ? MegatronSplit::kReplicated : megatron_split_of(name, swiglu);
+        GALE_ASSIGN_OR_RETURN(Tensor piece, megatron_cut_tp(w, split, tp, t, name));
         sd->set(local, PyValue::tensor(piece.sole_owner() ? piece : piece.clone()));
       }
       // Megatron's parallel linear layers save an `_extra_state` of None (kept for Transformer

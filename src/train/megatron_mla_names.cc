@@ -12,6 +12,19 @@ const char* const kAttn = "self_attention.";
 
 bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
 
+// DeepSeek sparse attention's indexer: Megatron-Core main builds it inside DSAttention, the MLA's
+// core_attention; Gale keeps it under self_attention.indexer (model/dsa_indexer.h).
+const char* const kMegatronIndexer = "self_attention.core_attention.indexer.";
+const char* const kGaleIndexer = "self_attention.indexer.";
+const char* const kIndexerTensors[] = {"linear_wq_b.weight", "linear_wk.weight", "k_norm.weight", "k_norm.bias",
+                                       "linear_weights_proj.weight"};
+
+bool megatron_indexer_tensor(const std::string& rest) {
+  for (const char* t : kIndexerTensors)
+    if (rest == std::string(kMegatronIndexer) + t) return true;
+  return false;
+}
+
 // Local spec's norm names -> Gale's (Transformer Engine's fused names).
 const std::pair<const char*, const char*> kNormRenames[] = {
     {"self_attention.q_layernorm.weight", "self_attention.linear_q_up_proj.layer_norm_weight"},
@@ -72,11 +85,35 @@ Status split_fused_down_proj(const std::string& name, const std::string& prefix,
   return Status::Ok();
 }
 
+// The pre-refactor AbsorbedMLASelfAttention's linear_k_up_proj.weight [NH·Dn, Ckv] and
+// linear_v_up_proj.weight [NH·Dv, Ckv] (heads in order, TP-merged) as linear_kv_up_proj.weight, per
+// head [k_h; v_h] (as Megatron main's _combine_split_kv_up_weights).
+StatusOr<Tensor> combine_split_kv_up(const std::string& prefix, const Tensor& k, const Tensor& v, int64_t heads,
+                                     int64_t dn, int64_t dv, const std::string& where) {
+  const int64_t ckv = k.ndim() == 2 ? k.shape()[1] : -1;
+  if (heads <= 0 || k.ndim() != 2 || v.ndim() != 2 || k.shape()[0] != heads * dn || v.shape()[0] != heads * dv ||
+      v.shape()[1] != ckv || k.dtype() != v.dtype())
+    return DataLoss(where, ": tensors '", prefix, "self_attention.linear_k_up_proj.weight' ", k.shape_string(), " and '",
+                    prefix, "self_attention.linear_v_up_proj.weight' ", v.shape_string(), ": expected [",
+                    heads * dn, ", kv_lora_rank] and [", heads * dv,
+                    ", kv_lora_rank] (num_attention_heads x qk_head_dim and x v_head_dim in args)");
+  Tensor out = Tensor::empty({heads * (dn + dv), ckv}, k.dtype());
+  const int64_t row = ckv * dtype_size(k.dtype());
+  char* dst = static_cast<char*>(out.raw());
+  for (int64_t h = 0; h < heads; ++h) {
+    std::memcpy(dst + h * (dn + dv) * row, static_cast<const char*>(k.raw()) + h * dn * row, static_cast<size_t>(dn * row));
+    std::memcpy(dst + (h * (dn + dv) + dn) * row, static_cast<const char*>(v.raw()) + h * dv * row,
+                static_cast<size_t>(dv * row));
+  }
+  return out;
+}
+
 }  // namespace
 
 bool megatron_mla_column_parallel(const std::string& rest) {
   for (const char* p : {"linear_q_proj.weight", "linear_q_down_proj.weight", "linear_q_up_proj.weight",
-                        "linear_kv_down_proj.weight", "linear_kv_up_proj.weight", "linear_qkv_down_proj.weight"})
+                        "linear_kv_down_proj.weight", "linear_kv_up_proj.weight", "linear_qkv_down_proj.weight",
+                        "linear_k_up_proj.weight", "linear_v_up_proj.weight"})
     if (rest == std::string(kAttn) + p) return true;
   return false;
 }
@@ -86,7 +123,7 @@ bool megatron_mla_tensor(const std::string& rest) {
   for (const auto& [local, fused] : kNormRenames)
     if (rest == local || rest == fused) return true;
   return rest == "self_attention.linear_qkv_down_proj.layer_norm_weight" ||
-         rest == "self_attention.linear_qkv_down_proj.layer_norm_bias";
+         rest == "self_attention.linear_qkv_down_proj.layer_norm_bias" || megatron_indexer_tensor(rest);
 }
 
 Status megatron_mla_to_gale(const nlohmann::json& args, int64_t tp, const std::string& where,
@@ -98,14 +135,20 @@ Status megatron_mla_to_gale(const nlohmann::json& args, int64_t tp, const std::s
                          "None): not supported yet (Megatron norms only the key/value latent there; Gale's "
                          "--qk-layernorm without --q-lora-rank also norms the input of linear_q_proj)");
   std::map<std::string, Tensor> out;
+  std::map<std::string, std::pair<Tensor, Tensor>> split_kv_up;  // layer prefix -> (k_up, v_up)
   for (auto& [name, t] : tensors) {
     std::string prefix, rest;
     if (!split_layer_name(name, &prefix, &rest)) {
       out.emplace(name, std::move(t));
       continue;
     }
+    if (rest == "self_attention.linear_k_up_proj.weight" || rest == "self_attention.linear_v_up_proj.weight") {
+      (rest == "self_attention.linear_k_up_proj.weight" ? split_kv_up[prefix].first : split_kv_up[prefix].second) = t;
+      continue;
+    }
     for (const auto& [local, fused] : kNormRenames)
       if (rest == local) rest = fused;
+    if (megatron_indexer_tensor(rest)) rest = kGaleIndexer + rest.substr(std::strlen(kMegatronIndexer));
     if (rest == "self_attention.linear_qkv_down_proj.layer_norm_weight" ||
         rest == "self_attention.linear_qkv_down_proj.layer_norm_bias") {  // the folded input_layernorm
       const bool weight = rest.size() >= 6 && rest.compare(rest.size() - 6, 6, "weight") == 0;
@@ -142,6 +185,17 @@ Status megatron_mla_to_gale(const nlohmann::json& args, int64_t tp, const std::s
     }
     out.emplace(prefix + rest, std::move(t));
   }
+  for (const auto& [prefix, kv] : split_kv_up) {
+    const std::string combined = prefix + "self_attention.linear_kv_up_proj.weight";
+    if (!kv.first.defined() || !kv.second.defined() || out.count(combined))
+      return DataLoss(where, ": layer '", prefix, "': expected linear_kv_up_proj.weight or both of Megatron's earlier "
+                      "linear_k_up_proj.weight and linear_v_up_proj.weight, found ",
+                      out.count(combined) ? "the combined and a split one" : "only one of the split ones");
+    GALE_ASSIGN_OR_RETURN(out[combined], combine_split_kv_up(prefix, kv.first, kv.second,
+                                                             args.value("num_attention_heads", int64_t{0}),
+                                                             args.value("qk_head_dim", int64_t{0}),
+                                                             args.value("v_head_dim", int64_t{0}), where));
+  }
   tensors = std::move(out);
   return Status::Ok();
 }
@@ -153,6 +207,7 @@ StatusOr<std::string> megatron_mla_local_name(const std::string& rest) {
                          "Megatron's format is not supported");
   for (const auto& [local, fused] : kNormRenames)
     if (rest == fused) return std::string(local);
+  if (starts_with(rest, kGaleIndexer)) return kMegatronIndexer + rest.substr(std::strlen(kGaleIndexer));
   return rest;
 }
 
@@ -166,6 +221,9 @@ std::vector<std::string> megatron_mla_linears(const ModelArgs& model) {
     if ((q && q_latent) || (q_lora && !q_latent)) continue;
     out.push_back(std::string(kAttn) + l);
   }
+  if (model.experimental_attention_variant == "dsa")  // the indexer's duplicated linears
+    for (const char* l : {"linear_wq_b", "linear_wk", "linear_weights_proj"})
+      out.push_back(std::string(kMegatronIndexer) + l);
   return out;
 }
 
@@ -182,9 +240,27 @@ void megatron_mla_args(const ModelArgs& m, PyValue& ns) {
   ns.set("rotary_scaling_factor", PyValue::real(m.rotary_scaling_factor));
   ns.set("mscale", PyValue::real(m.mscale));
   ns.set("mscale_all_dim", PyValue::real(m.mscale_all_dim));
+  if (m.experimental_attention_variant == "dsa") {  // the indexer's flags (Megatron: None loss coefficient when 0)
+    ns.set("experimental_attention_variant", PyValue::str("dsa"));
+    ns.set("dsa_indexer_n_heads", PyValue::integer(m.dsa_indexer_n_heads));
+    ns.set("dsa_indexer_head_dim", PyValue::integer(m.dsa_indexer_head_dim));
+    ns.set("dsa_indexer_topk", PyValue::integer(m.dsa_indexer_topk));
+    ns.set("dsa_indexer_loss_coeff",
+           m.dsa_indexer_loss_coeff > 0.0 ? PyValue::real(m.dsa_indexer_loss_coeff) : PyValue::none());
+    ns.set("dsa_indexer_use_sparse_loss", PyValue::boolean(m.dsa_indexer_use_sparse_loss));
+  }
+}
+
+bool megatron_mla_duplicated(const ModelArgs& model, const std::string& name) {
+  if (model.experimental_attention_variant != "dsa") return false;
+  const size_t at = name.find(kAttn);
+  if (at == std::string::npos) return false;
+  const std::string rest = name.substr(at);
+  return rest == "self_attention.linear_q_down_proj.weight" || rest == "self_attention.linear_kv_down_proj.weight";
 }
 
 Status check_megatron_mla_tp(const ModelArgs& m, int64_t tp) {
+  if (m.experimental_attention_variant == "dsa") return Status::Ok();  // duplicated down projections
   if (m.q_lora_rank != kUnset && m.q_lora_rank > 0 && m.q_lora_rank % tp)
     return InvalidArgument("--target-tensor-parallel-size ", tp, ": expected it to divide --q-lora-rank (",
                            m.q_lora_rank, "): Megatron's local spec splits linear_q_down_proj's rows");

@@ -15,7 +15,14 @@
 // Tensor parallelism: linear_q_proj, linear_q_up_proj and linear_kv_up_proj are column-parallel (rows
 // split over heads), linear_proj row-parallel (columns); the down projections are column-parallel
 // in the local spec (rows split; core_v0.12.1's TE spec too) and duplicated (whole on every rank)
-// in newer Transformer Engine specs; the norms are duplicated. Megatron's fused down projection
+// in newer Transformer Engine specs and in DeepSeek sparse attention's spec; the norms are duplicated.
+// DeepSeek sparse attention (--experimental-attention-variant dsa): Megatron-Core main's DSAttention
+// is the MLA's core_attention and holds the lightning indexer, so Gale's self_attention.indexer.*
+// (model/dsa_indexer.h) is Megatron's self_attention.core_attention.indexer.{linear_wq_b.weight,
+// linear_wk.weight, k_norm.weight, k_norm.bias, linear_weights_proj.weight}, duplicated on every TP
+// rank; its q_layernorm / kv_layernorm are unfused (the local names) in every backend. Its earlier
+// AbsorbedMLASelfAttention saved linear_k_up_proj.weight [NH·Dn, Ckv] and linear_v_up_proj.weight
+// [NH·Dv, Ckv] (column-parallel) instead of linear_kv_up_proj: read, they are combined per head. Megatron's fused down projection
 // (--mla-down-proj-fusion: linear_qkv_down_proj.weight [Cq + Ckv + R, H], the row concatenation
 // [q_down; kv_down], column-parallel with each rank's [q rows; kv rows], and the folded input norm
 // linear_qkv_down_proj.layer_norm_weight / _bias) is read by splitting it back into Gale's (and
@@ -65,6 +72,11 @@ std::vector<std::string> megatron_mla_linears(const ModelArgs& model);
 // Megatron's MLA flags of `model` into `ns`, the dict of an args Namespace (q_lora_rank None without a
 // query latent; rope_type as later Megatron records it).
 void megatron_mla_args(const ModelArgs& model, PyValue& ns);
+
+// Whether Megatron keeps Gale's tensor `name` whole on every TP rank although the MLA spec splits
+// it: DeepSeek sparse attention's spec (Megatron-Core main's get_dsa_module_spec_for_backend) builds
+// linear_q_down_proj and linear_kv_down_proj as duplicated linears.
+bool megatron_mla_duplicated(const ModelArgs& model, const std::string& name);
 
 // The TP sizes Megatron's local spec needs of `model` (column-parallel down projections: the query
 // latent and Ckv + R divisible by tp): InvalidArgument naming the flag otherwise.

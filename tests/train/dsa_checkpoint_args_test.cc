@@ -1,6 +1,6 @@
 // A DeepSeek sparse attention model's checkpoint args (train/checkpoint_args.h): the indexer's sizes
 // come back for --use-checkpoint-args (gale generate / evaluate), checked as the flags are; Megatron's
-// None loss coefficient reads as 0; other variants are refused; conversion refuses DSA in one line.
+// None loss coefficient reads as 0; other variants are refused; conversion accepts DSA (not GDN).
 #include <gtest/gtest.h>
 
 #include "train/checkpoint_args.h"
@@ -77,15 +77,15 @@ TEST(DsaCheckpointArgs, BadValuesAreErrorsNamingTheArgs) {
   }
 }
 
-TEST(DsaCheckpointArgs, ConversionRefusesIt) {
-  const Status s = refuse_variant_conversion(dsa_model_args(), "ckpt/metadata.json");
-  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
-  EXPECT_EQ(s.message(),
-            "ckpt/metadata.json: a DeepSeek sparse attention model (args 'experimental_attention_variant' \"dsa\"): "
-            "conversion to or from Megatron's and Hugging Face's formats is not supported yet");
+// DSA models convert (Hugging Face's DeepseekV32ForCausalLM, Megatron's formats): no variant refusal.
+TEST(DsaCheckpointArgs, ConversionAcceptsIt) {
+  EXPECT_TRUE(refuse_variant_conversion(dsa_model_args(), "ckpt/metadata.json").ok());
   ModelArgs dense = dsa_model_args();
   dense.experimental_attention_variant.clear();
   EXPECT_TRUE(refuse_variant_conversion(dense, "x").ok());
+  ModelArgs gdn = dsa_model_args();
+  gdn.experimental_attention_variant = "gdn";
+  EXPECT_FALSE(refuse_variant_conversion(gdn, "x").ok());
 }
 
 }  // namespace
