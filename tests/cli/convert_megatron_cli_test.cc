@@ -719,6 +719,50 @@ TEST(ConvertMegatron, PretrainResumesMegatronsVirtualPipelineAdamState) {
   for (double l : first_loss) EXPECT_NEAR(l, first_loss[0], 1e-5 * first_loss[0]);
 }
 
+// Virtual pipeline chunks in the legacy torch format (tests/data/megatron/torch_adam_bf16_vpp: a 4-layer model's
+// Float16OptimizerWithFloat16Params state at PP 2 with two chunks per rank, 'model0' / 'model1' in each rank file;
+// tools/reference/megatron_torch_vpp_optim_reference.py): gale pretrain continues it at iteration 8 in one process and
+// at PP 2 with virtual stages, with AdamW's update from the loaded state on every element, and the same first loss.
+TEST(ConvertMegatron, PretrainResumesMegatronsLegacyVirtualPipelineAdamState) {
+  TempDir tmp;
+  write_small_dataset(tmp.file("data_text_document"));
+  std::vector<std::string> model = adam_model(tmp);
+  *(std::find(model.begin(), model.end(), "--num-layers") + 1) = "4";
+  const std::string dir = megatron("torch_adam_bf16_vpp");
+  auto from = read_megatron_checkpoint(dir, kUnset, /*with_optimizer=*/true);
+  ASSERT_TRUE(from.ok()) << from.status().message();
+  std::vector<double> first_loss;
+  int k = 0;
+  for (const std::vector<std::string>& layout :
+       {std::vector<std::string>{}, std::vector<std::string>{"--pipeline-model-parallel-size", "2",
+                                                             "--num-layers-per-virtual-pipeline-stage", "1"}}) {
+    SCOPED_TRACE(layout.empty() ? "one process" : "PP 2 with virtual stages");
+    const std::string save = tmp.file(str_cat("out", k++));
+    std::vector<std::string> program = {GALE_BINARY};
+    program.insert(program.end(), model.begin(), model.end());
+    std::vector<std::string> extra = layout;
+    extra.insert(extra.end(), {"--bf16", "--load", dir, "--save", save});
+    test::RunResult r =
+        test::run_with_timeout(testing::launch_argv(layout.empty() ? 1 : 2, program, extra), testing::kMpiEnv, 300);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find(str_cat("reading Megatron's torch checkpoint ", dir, "/iter_0000007 (checkpoint_version 3, "
+                                    "saved at TP 1 x PP 2): model weights (its fp32 master copies), adam optimizer "
+                                    "state (non-distributed: exp_avg, exp_avg_sq; step 7), scheduler and iteration")),
+              std::string::npos)
+        << r.output;
+    EXPECT_NE(r.output.find("successfully loaded checkpoint from " + dir + " at iteration 7"), std::string::npos)
+        << r.output;
+    const std::vector<double> lr = logged_values(r.output, "learning rate");
+    ASSERT_EQ(lr.size(), 1u) << r.output;
+    EXPECT_NEAR(lr[0], 7e-4, 1e-12);
+    const std::vector<double> loss = logged_values(r.output, "lm loss");
+    ASSERT_EQ(loss.size(), 1u) << r.output;
+    if (!first_loss.empty()) EXPECT_NEAR(loss[0], first_loss[0], 1e-5 * loss[0]);
+    first_loss.push_back(loss[0]);
+    expect_adamw_step(*from, save, dir, 10000);
+  }
+}
+
 // Tied embeddings at PP > 1 (tests/data/megatron/torch_dist_adam_{buckets,dp_zero}_tp2pp2_tied: the same state with the
 // word embedding tied to the output layer, whose last-stage copy Megatron keeps in its own bucket): gale pretrain
 // without --untie-embeddings-and-output-weights continues it at iteration 8 with AdamW's update from the loaded state
