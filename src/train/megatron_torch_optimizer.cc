@@ -72,6 +72,7 @@ std::string shifted(const std::string& key, int64_t offset) {
 // One model chunk of a rank file: 'model', or with virtual pipeline chunks 'model0', 'model1', ...
 struct RankChunk {
   std::map<std::string, Tensor> model;  // parameters only (no _extra_state), the file's names
+  std::vector<std::string> saved_order;  // their order in the saved state dict (the modules' registration order)
   int64_t layers = 0;                   // the chunk's layers (numbered from 0 in the file)
 };
 
@@ -105,6 +106,7 @@ StatusOr<RankFile> rank_file(const std::string& path, const PyValue& root) {
     for (const auto& [k, x] : models[v]->entries) {
       if (k->kind != PyValue::kString || ends_with(k->s, "_extra_state") || x->kind != PyValue::kTensor) continue;
       c.model[k->s] = x->data;
+      c.saved_order.push_back(k->s);
       c.layers = std::max<int64_t>(c.layers, layer_of(k->s) + 1);
     }
     r.chunks.push_back(std::move(c));
@@ -312,9 +314,12 @@ StatusOr<MegatronOptimizerState> read_megatron_torch_optimizer(
   if (const int64_t e = int_attr(args, "num_experts", 0); e > 0)
     return Unimplemented(first_path, ": Megatron's optimizer state of a MoE model (args.num_experts ", e, ") in the "
                          "torch format: not supported yet; ", kOutWay);
-  if (flag_on(args, "multi_latent_attention"))
+  const bool mla = flag_on(args, "multi_latent_attention");
+  if (mla && (tp > 1 || flag_on(args, "use_distributed_optimizer")))
     return Unimplemented(first_path, ": Megatron's optimizer state of a multi-latent-attention model in the torch "
-                         "format: not supported yet; ", kOutWay);
+                         "format saved at TP ", tp, flag_on(args, "use_distributed_optimizer") ? " with the distributed "
+                         "optimizer" : "", ": not supported yet (Gale reads the non-distributed optimizers' state of "
+                         "MLA models saved at TP 1); ", kOutWay);
   const PyValue* impl = args ? args->attr("transformer_impl") : nullptr;
   if (impl == nullptr || impl->kind != PyValue::kString)
     return Unimplemented(first_path, ": Megatron's args record no transformer_impl, which sets the order of the "
@@ -373,8 +378,15 @@ StatusOr<MegatronOptimizerState> read_megatron_torch_optimizer(
         MegatronModelRank rank;  // the chunk's own pieces and layers
         rank.first_stage = p == 0 && v == 0;
         rank.last_stage = p == pp - 1 && v + 1 == chunks;
-        GALE_ASSIGN_OR_RETURN(std::vector<MegatronBucketParam> part,
-                              megatron_parameter_order(shapes, impl->s, chunk.layers, path, rank));
+        std::vector<MegatronBucketParam> part;
+        if (mla) {  // model.parameters() lists the parameters as the saved state dict does (registration order)
+          for (const std::string& key : chunk.saved_order) {
+            const Shape shape = chunk.model.at(key).shape();
+            part.push_back(MegatronBucketParam{key, -1, chunk.model.at(key).numel(), 0, 0, shape});
+          }
+        } else {
+          GALE_ASSIGN_OR_RETURN(part, megatron_parameter_order(shapes, impl->s, chunk.layers, path, rank));
+        }
         const int64_t offset = chunk_offset.at({v, p});
         for (MegatronBucketParam& q : part) {
           q.key = shifted(q.key, offset);
