@@ -763,6 +763,57 @@ TEST(ConvertMegatron, PretrainResumesMegatronsLegacyVirtualPipelineAdamState) {
   }
 }
 
+// Multi-latent attention in the legacy torch format (tests/data/megatron/torch_adam_mla: Megatron core_v0.12.1's MLA
+// model with q LoRA after 7 AdamW steps, Float16OptimizerWithFloat16Params' state at TP 1;
+// tools/reference/megatron_torch_mla_optim_reference.py): gale pretrain with its MLA flags continues it at iteration
+// 8 in one process and at DP 2 with the distributed optimizer, with AdamW's update from the loaded state on every
+// element, and the same first loss.
+TEST(ConvertMegatron, PretrainResumesMegatronsLegacyMlaAdamState) {
+  TempDir tmp;
+  write_small_dataset(tmp.file("data_text_document"));
+  std::vector<std::string> model = adam_model(tmp);
+  *(std::find(model.begin(), model.end(), "--hidden-size") + 1) = "32";  // the MLA model's sizes
+  *(std::find(model.begin(), model.end(), "--ffn-hidden-size") + 1) = "48";
+  *(std::find(model.begin(), model.end(), "--max-position-embeddings") + 1) = "4096";  // YaRN's original length
+  model.erase(std::find(model.begin(), model.end(), "--group-query-attention"));
+  model.erase(std::find(model.begin(), model.end(), "--num-query-groups"), std::find(model.begin(), model.end(),
+                                                                                  "--num-query-groups") + 2);
+  model.insert(model.end(), {"--bf16", "--multi-latent-attention", "--kv-lora-rank", "12", "--qk-head-dim", "8",
+                             "--qk-pos-emb-head-dim", "4", "--v-head-dim", "6", "--q-lora-rank", "16", "--qk-layernorm",
+                             "--normalization", "RMSNorm", "--rotary-scaling-factor", "4", "--mscale", "0.8",
+                             "--mscale-all-dim", "0.8"});
+  const std::string dir = megatron("torch_adam_mla");
+  auto from = read_megatron_checkpoint(dir, kUnset, /*with_optimizer=*/true);
+  ASSERT_TRUE(from.ok()) << from.status().message();
+  std::vector<double> first_loss;
+  int k = 0;
+  for (const std::vector<std::string>& layout :
+       {std::vector<std::string>{}, std::vector<std::string>{"--use-distributed-optimizer"}}) {
+    SCOPED_TRACE(layout.empty() ? "one process" : "DP 2, distributed optimizer");
+    const std::string save = tmp.file(str_cat("out", k++));
+    std::vector<std::string> program = {GALE_BINARY};
+    program.insert(program.end(), model.begin(), model.end());
+    std::vector<std::string> extra = layout;
+    extra.insert(extra.end(), {"--load", dir, "--save", save});
+    test::RunResult r =
+        test::run_with_timeout(testing::launch_argv(layout.empty() ? 1 : 2, program, extra), testing::kMpiEnv, 300);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find(str_cat("reading Megatron's torch checkpoint ", dir, "/iter_0000007 (checkpoint_version 3, "
+                                    "saved at TP 1 x PP 1): model weights (its fp32 master copies), adam optimizer "
+                                    "state (non-distributed: exp_avg, exp_avg_sq; step 7), scheduler and iteration")),
+              std::string::npos)
+        << r.output;
+    const std::vector<double> lr = logged_values(r.output, "learning rate");
+    ASSERT_EQ(lr.size(), 1u) << r.output;
+    EXPECT_NEAR(lr[0], 7e-4, 1e-12);
+    const std::vector<double> loss = logged_values(r.output, "lm loss");
+    ASSERT_EQ(loss.size(), 1u) << r.output;
+    if (!first_loss.empty()) EXPECT_NEAR(loss[0], first_loss[0], 1e-5 * loss[0]);
+    first_loss.push_back(loss[0]);
+    expect_adamw_step(*from, save, dir, 10000);
+  }
+}
+
 // Tied embeddings at PP > 1 (tests/data/megatron/torch_dist_adam_{buckets,dp_zero}_tp2pp2_tied: the same state with the
 // word embedding tied to the output layer, whose last-stage copy Megatron keeps in its own bucket): gale pretrain
 // without --untie-embeddings-and-output-weights continues it at iteration 8 with AdamW's update from the loaded state
