@@ -8,9 +8,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "ckpt/torch_file.h"
 #include "train/megatron_checkpoint.h"
 #include "train/megatron_fixture.h"
 
@@ -72,6 +74,24 @@ TEST(MegatronTorchOptimizerMlaErrors, TensorParallelIsRefused) {
             std::string::npos)
       << m.status().message();
   EXPECT_NE(m.status().message().find("pass --no-load-optim (or --finetune)"), std::string::npos)
+      << m.status().message();
+}
+
+TEST(MegatronTorchOptimizerMlaErrors, DistributedOptimizerIsRefused) {
+  TempDir tmp;
+  const std::string dir = tmp.file("mla");
+  std::filesystem::copy(fixture("torch_adam_mla"), dir, std::filesystem::copy_options::recursive);
+  const std::string file = dir + "/iter_0000007/mp_rank_00/model_optim_rng.pt";
+  auto root = read_torch_file(file);
+  ASSERT_TRUE(root.ok()) << root.status().message();
+  for (auto& [k, v] : (*root)->entries)
+    if (k->kind == PyValue::kString && k->s == "args") v->state->set("use_distributed_optimizer", PyValue::boolean(true));
+  ASSERT_TRUE(write_torch_file(file, **root).ok());
+  auto m = read_megatron_checkpoint(dir, kUnset, /*with_optimizer=*/true);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kUnimplemented) << m.status().message();
+  EXPECT_NE(m.status().message().find("saved at TP 1 with the distributed optimizer: not supported yet"),
+            std::string::npos)
       << m.status().message();
 }
 

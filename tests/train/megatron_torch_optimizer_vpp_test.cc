@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <regex>
 
 #include "ckpt/torch_file.h"
@@ -103,6 +104,39 @@ TEST(MegatronTorchOptimizerVppErrors, SwappedChunksAreCaught) {
   EXPECT_EQ(m.status().code(), StatusCode::kDataLoss) << m.status().message();
   EXPECT_NE(m.status().message().find("pass --no-load-optim (or --finetune)"), std::string::npos)
       << m.status().message();
+}
+
+// The distributed optimizer's distrib_optim.pt with chunks (a buffer per chunk) is refused, as are rank files with
+// different chunk counts.
+TEST(MegatronTorchOptimizerVppErrors, WhatIsNotReadIsNamed) {
+  TempDir tmp;
+  auto edited = [&](const std::string& name, const std::function<void(PyValue&)>& edit) {
+    const std::string dir = tmp.file(name);
+    fs::copy(fixture("torch_adam_bf16_vpp"), dir, fs::copy_options::recursive);
+    for (const char* rank : {"mp_rank_00_000", "mp_rank_00_001"}) {
+      const std::string file = dir + "/iter_0000007/" + rank + "/model_optim_rng.pt";
+      auto root = read_torch_file(file);
+      EXPECT_TRUE(root.ok()) << root.status().message();
+      if (std::string(rank) == "mp_rank_00_001" || name == "distributed") edit(**root);
+      EXPECT_TRUE(write_torch_file(file, **root).ok());
+    }
+    return dir;
+  };
+  auto m = read_with_optimizer(edited("distributed", [](PyValue& root) {
+    for (auto& [k, v] : root.entries)
+      if (k->s == "args") v->state->set("use_distributed_optimizer", PyValue::boolean(true));
+  }));
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kUnimplemented) << m.status().message();
+  EXPECT_NE(m.status().message().find("distrib_optim.pt of a run with 2 virtual pipeline chunks (a buffer per chunk): "
+                                      "not supported yet"),
+            std::string::npos)
+      << m.status().message();
+  m = read_with_optimizer(edited("one_chunk", [](PyValue& root) {
+    std::erase_if(root.entries, [](const auto& e) { return e.first->kind == PyValue::kString && e.first->s == "model1"; });
+  }));
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kDataLoss) << m.status().message();
 }
 
 }  // namespace
