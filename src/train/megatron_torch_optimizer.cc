@@ -241,7 +241,9 @@ Status read_non_distributed(const RankFile& r, const PyValue& opt, const std::ve
 }
 
 // The distributed optimizer's distrib_optim.pt of one rank, cut by the buffer layout of the saved args.
-Status read_distributed(const RankFile& r, const PyValue& opt, std::vector<MegatronBucketParam> order,
+// With virtual pipeline chunks `orders` holds each chunk's parameters: one buffer per chunk (keys 0, 1, ... of the file),
+// bucketing disabled for the chunks after the first (training.get_model).
+Status read_distributed(const RankFile& r, const PyValue& opt, const std::vector<std::vector<MegatronBucketParam>>& orders,
                         MegatronRankState* out, std::set<int64_t>* steps) {
   const std::string where = r.path + " (optimizer)";
   const PyValue* inner = opt.get("optimizer");
@@ -262,15 +264,24 @@ Status read_distributed(const RankFile& r, const PyValue& opt, std::vector<Megat
     return Unimplemented(file, ": the distributed optimizer's older per-bucket parameter state (no "
                          "'buckets_coalesced': True): not supported yet (Megatron converts it with "
                          "--ckpt-convert-update-legacy-dist-opt-format); ", kOutWay);
-  if (int_key(*state, 1) != nullptr)
+  const int64_t buffers = static_cast<int64_t>(orders.size());
+  if (int_key(*state, buffers) != nullptr)
     return Unimplemented(file, ": several gradient buffers (MoE expert parameters or several parameter dtypes): not "
                          "supported yet; ", kOutWay);
-  int64_t num_parameters = 0;
-  for (const MegatronBucketParam& q : order) num_parameters += q.numel;
-  GALE_ASSIGN_OR_RETURN(const int64_t bucket_size, megatron_saved_bucket_size(r.args, num_parameters, r.path));
-  const MegatronBucketLayout layout = megatron_bucket_layout(std::move(order), bucket_size);
-  GALE_ASSIGN_OR_RETURN(*out, megatron_split_dp_zero(state, layout, file, str_cat(file, ": Megatron's distributed "
-                                                                                        "optimizer state")));
+  for (int64_t v = 0; v < buffers; ++v) {
+    int64_t num_parameters = 0;
+    for (const MegatronBucketParam& q : orders[v]) num_parameters += q.numel;
+    GALE_ASSIGN_OR_RETURN(int64_t bucket_size, megatron_saved_bucket_size(r.args, num_parameters, r.path));
+    if (v > 0) bucket_size = 0;  // one bucket
+    const MegatronBucketLayout layout = megatron_bucket_layout(orders[v], bucket_size);
+    GALE_ASSIGN_OR_RETURN(MegatronRankState part,
+                          megatron_split_dp_zero(state, layout, file, str_cat(file, ": Megatron's distributed optimizer "
+                                                                                    "state", buffers > 1 ? str_cat(
+                                                                                    ", model chunk ", v) : ""),
+                                                 v, buffers));
+    for (auto& [name, pieces] : part)
+      for (auto& [at, t] : pieces) (*out)[name][at] = std::move(t);
+  }
   return Status::Ok();
 }
 
@@ -342,10 +353,6 @@ StatusOr<MegatronOptimizerState> read_megatron_torch_optimizer(
     if (r.chunks.size() != chunks)
       return DataLoss(r.path, ": holds ", r.chunks.size(), " model chunks: expected ", chunks, " as ", first_path,
                       "; ", kOutWay);
-  if (chunks > 1 && distributed)
-    return Unimplemented(first_path, ": the distributed optimizer's distrib_optim.pt of a run with ", chunks,
-                         " virtual pipeline chunks (a buffer per chunk): not supported yet in the torch format (Gale "
-                         "reads the non-distributed optimizers' state with chunks); ", kOutWay);
   std::map<std::pair<size_t, int64_t>, int64_t> chunk_offset;  // (chunk, pipeline rank) -> its first global layer
   for (size_t v = 0, at = 0; v < chunks; ++v)
     for (int64_t p = 0; p < pp; ++p) {
@@ -371,6 +378,7 @@ StatusOr<MegatronOptimizerState> read_megatron_torch_optimizer(
       // The rank's parameters: each chunk's in model.parameters() order, one chunk after the other (Megatron's
       // _get_param_groups walks the chunks in order), named with their global layer numbers.
       std::vector<MegatronBucketParam> order;
+      std::vector<std::vector<MegatronBucketParam>> orders;  // per chunk (the distributed optimizer's buffers)
       for (size_t v = 0; v < chunks; ++v) {
         const RankChunk& chunk = r.chunks[v];
         std::map<std::string, Shape> shapes;
@@ -390,15 +398,16 @@ StatusOr<MegatronOptimizerState> read_megatron_torch_optimizer(
         const int64_t offset = chunk_offset.at({v, p});
         for (MegatronBucketParam& q : part) {
           q.key = shifted(q.key, offset);
-          order.push_back(std::move(q));
+          // Tied at PP > 1: Megatron's shared_embedding, a bucket of its own in the distributed optimizer's buffer.
+          if (tied && pp > 1) q.own_bucket = q.key == kEmbedding || q.key == kOutput;
+          order.push_back(q);
         }
+        orders.push_back(std::move(part));
         for (const auto& [key, w] : chunk.model) r.model[shifted(key, offset)] = w;
       }
-      if (tied && pp > 1)  // Megatron's shared_embedding: a bucket of its own (the distributed optimizer's buffer)
-        for (MegatronBucketParam& q : order) q.own_bucket = q.key == kEmbedding || q.key == kOutput;
       MegatronRankState local;
       if (distributed) {
-        GALE_RETURN_IF_ERROR(read_distributed(r, *opt, std::move(order), &local, &steps));
+        GALE_RETURN_IF_ERROR(read_distributed(r, *opt, orders, &local, &steps));
       } else {
         GALE_RETURN_IF_ERROR(read_non_distributed(r, *opt, order, &local, &steps));
       }

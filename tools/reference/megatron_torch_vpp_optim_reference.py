@@ -13,6 +13,13 @@ masters and the first moment negated, saved as Megatron's legacy format saves a 
     groups are core_v0.12.1's _get_param_groups over both chunks (each chunk's named_parameters in turn), its
     state_dict() the rank file's 'optimizer'; the chunks' state_dict_for_save_checkpoint() are 'model0' and 'model1';
   - mp_rank_00_00P/model_optim_rng.pt per pipeline rank, args with virtual_pipeline_model_parallel_size 2.
+And tests/data/megatron/torch_adam_distopt_vpp/: the same state as the distributed optimizer saves it (DP 1,
+--overlap-grad-reduce --ddp-bucket-size 1000): each chunk's own Megatron _ParamAndGradBuffer (training.get_model
+disables bucketing for the chunks after the first: one bucket), model_optim_rng.pt's 'optimizer' is
+DistributedOptimizer.state_dict() and distrib_optim.pt = DistributedOptimizer.get_parameter_state_dp_zero()
+({'buckets_coalesced': True, 0: chunk 0's buffer, 1: chunk 1's}), both Megatron's own methods run over a stand-in that
+hands each parameter's range of masters and moments (its constructor needs CUDA), as megatron_torch_optim_reference.py
+does.
 Run (Debian's torch 1.13 on CPU, PyPI packaging; Megatron-LM core_v0.12.1 source in MEGATRON_LM):
   PYTHONPATH=/path/to/packaging MEGATRON_LM=/tmp/meg PYTORCH_JIT=0 /usr/bin/python3 \
     tools/reference/megatron_torch_vpp_optim_reference.py tests/data/megatron
@@ -53,7 +60,7 @@ def global_name(local, layer):
     return re.sub(r"^decoder\.layers\.\d+\.", "decoder.layers.%d." % layer, local)
 
 
-def worker(rank, world, out, port, state, sched_sd, group_values):
+def worker(rank, world, out, port, state, sched_sd, group_values, distributed=False):
     from megatron.core import parallel_state, tensor_parallel
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
@@ -104,9 +111,51 @@ def worker(rank, world, out, port, state, sched_sd, group_values):
         names[m] = model_names[q]
         return m
     adamw, masters = toref.adamw_over(groups, master, local, names)
-    f16 = Float16OptimizerWithFloat16Params.__new__(Float16OptimizerWithFloat16Params)  # its __init__ needs CUDA
-    f16.optimizer, f16.fp32_from_float16_groups, f16.grad_scaler = adamw, masters, None
-    args = toref.legacy_args(1, PP, 1, False, True)
+    param_state = None
+    if distributed:
+        import inspect
+        from megatron.core.distributed import DistributedDataParallelConfig
+        from megatron.core.distributed.param_and_grad_buffer import _ParamAndGradBuffer
+        from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+        dp_group = parallel_state.get_data_parallel_group()
+        ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=True,
+                                                   use_distributed_optimizer=True, bucket_size=toref.BUCKET_SIZE)
+        extra = ()
+        if "nccl_ub" in inspect.signature(_ParamAndGradBuffer.__init__).parameters:
+            extra = (False, types.SimpleNamespace(tp=parallel_state.get_tensor_model_parallel_group(), dp_cp=dp_group))
+        buffers = []
+        for v, c in enumerate(chunks):  # get_model: bucketing disabled for the chunks after the first
+            params = [q for q in c.parameters() if q.requires_grad]
+            chunk_names = {q: n for n, q in c.named_parameters()}
+            buffers.append(_ParamAndGradBuffer(ddp_config, torch.bfloat16, torch.float32, params, dp_group,
+                                               toref.BUCKET_SIZE if v == 0 else None, chunk_names, 1.0,
+                                               list(range(len(params))), *extra))
+        gbuf_ranges = [DistributedOptimizer._build_gbuf_range_map(b) for b in buffers]
+        flat = {s: {n: x.reshape(-1) for n, x in local[s].items()} for s in local}
+
+        def main_states(model_param):
+            rng = None
+            for ranges in gbuf_ranges:
+                for per_bucket in ranges.values():
+                    for m in per_bucket:
+                        if model_param in m["param_map"]:
+                            rng = m["param_map"][model_param]["param"]
+            n = model_names[model_param]
+            return {"param": flat["fp32_param"][n][rng.start:rng.end].clone(),
+                    "exp_avg": flat["exp_avg"][n][rng.start:rng.end].clone(),
+                    "exp_avg_sq": flat["exp_avg_sq"][n][rng.start:rng.end].clone()}
+        opt = types.SimpleNamespace(gbuf_ranges=gbuf_ranges, buffers=buffers, data_parallel_group=dp_group,
+                                    data_parallel_group_gloo=dp_group, optimizer=adamw, grad_scaler=None,
+                                    _get_main_param_and_optimizer_states=main_states,
+                                    ddp_config=types.SimpleNamespace(use_custom_fsdp=False, use_megatron_fsdp=False))
+        param_state = DistributedOptimizer.get_parameter_state_dp_zero(opt)
+        optimizer_sd = DistributedOptimizer.state_dict(opt)
+        print("rank", p, "buckets", [[(b.grad_data.numel(), b.numel_unpadded) for b in buf.buckets] for buf in buffers])
+    else:
+        f16 = Float16OptimizerWithFloat16Params.__new__(Float16OptimizerWithFloat16Params)  # its __init__ needs CUDA
+        f16.optimizer, f16.fp32_from_float16_groups, f16.grad_scaler = adamw, masters, None
+        optimizer_sd = Float16OptimizerWithFloat16Params.state_dict(f16)
+    args = toref.legacy_args(1, PP, 1, distributed, True)
     args.num_layers = LAYERS
     args.virtual_pipeline_model_parallel_size = CHUNKS
     args.num_layers_per_virtual_pipeline_stage = 1
@@ -116,8 +165,10 @@ def worker(rank, world, out, port, state, sched_sd, group_values):
     torch.save({"args": args, "checkpoint_version": 3.0, "iteration": ITERATION,
                 "model0": chunks[0].state_dict_for_save_checkpoint(),
                 "model1": chunks[1].state_dict_for_save_checkpoint(),
-                "optimizer": Float16OptimizerWithFloat16Params.state_dict(f16), "opt_param_scheduler": sched_sd,
+                "optimizer": optimizer_sd, "opt_param_scheduler": sched_sd,
                 "num_floating_point_operations_so_far": 0.0}, os.path.join(d, "model_optim_rng.pt"))
+    if param_state is not None:
+        torch.save(param_state, os.path.join(d, "distrib_optim.pt"))  # save_parameter_state's file
     dist.destroy_process_group()
 
 
@@ -134,13 +185,14 @@ def main():
     for i, s in saved.items():  # the same run as the torch_adam fixture
         for k in ("exp_avg", "exp_avg_sq"):
             assert torch.equal(s[k], mine[i][k]), (i, k)
-    out = os.path.join(fixtures, "torch_adam_bf16_vpp")
-    shutil.rmtree(out, ignore_errors=True)
-    mp.spawn(worker, args=(PP, out, 32000 + os.getpid() % 2000, four_layers(state), sched_sd, group_values),
-             nprocs=PP, join=True)
-    with open(os.path.join(out, "latest_checkpointed_iteration.txt"), "w") as f:
-        f.write(str(ITERATION))
-    print("wrote", out)
+    for k, (name, distributed) in enumerate((("torch_adam_bf16_vpp", False), ("torch_adam_distopt_vpp", True))):
+        out = os.path.join(fixtures, name)
+        shutil.rmtree(out, ignore_errors=True)
+        mp.spawn(worker, args=(PP, out, 32000 + os.getpid() % 2000 + 100 * k, four_layers(state), sched_sd,
+                               group_values, distributed), nprocs=PP, join=True)
+        with open(os.path.join(out, "latest_checkpointed_iteration.txt"), "w") as f:
+            f.write(str(ITERATION))
+        print("wrote", out)
 
 
 if __name__ == "__main__":
