@@ -721,22 +721,25 @@ TEST(ConvertMegatron, PretrainResumesMegatronsVirtualPipelineAdamState) {
 
 // Virtual pipeline chunks in the legacy torch format (tests/data/megatron/torch_adam_bf16_vpp: a 4-layer model's
 // Float16OptimizerWithFloat16Params state at PP 2 with two chunks per rank, 'model0' / 'model1' in each rank file;
-// tools/reference/megatron_torch_vpp_optim_reference.py): gale pretrain continues it at iteration 8 in one process and
+// torch_adam_distopt_vpp: the same state in the distributed optimizer's distrib_optim.pt, a buffer per chunk;
+// tools/reference/megatron_torch_vpp_optim_reference.py): gale pretrain continues each at iteration 8 in one process and
 // at PP 2 with virtual stages, with AdamW's update from the loaded state on every element, and the same first loss.
 TEST(ConvertMegatron, PretrainResumesMegatronsLegacyVirtualPipelineAdamState) {
   TempDir tmp;
   write_small_dataset(tmp.file("data_text_document"));
   std::vector<std::string> model = adam_model(tmp);
   *(std::find(model.begin(), model.end(), "--num-layers") + 1) = "4";
-  const std::string dir = megatron("torch_adam_bf16_vpp");
-  auto from = read_megatron_checkpoint(dir, kUnset, /*with_optimizer=*/true);
-  ASSERT_TRUE(from.ok()) << from.status().message();
   std::vector<double> first_loss;
   int k = 0;
+  for (const char* fixture : {"torch_adam_bf16_vpp", "torch_adam_distopt_vpp"})
   for (const std::vector<std::string>& layout :
        {std::vector<std::string>{}, std::vector<std::string>{"--pipeline-model-parallel-size", "2",
                                                              "--num-layers-per-virtual-pipeline-stage", "1"}}) {
-    SCOPED_TRACE(layout.empty() ? "one process" : "PP 2 with virtual stages");
+    SCOPED_TRACE(str_cat(fixture, layout.empty() ? " in one process" : " at PP 2 with virtual stages"));
+    const std::string dir = megatron(fixture);
+    const bool distributed = std::string(fixture) == "torch_adam_distopt_vpp";
+    auto from = read_megatron_checkpoint(dir, kUnset, /*with_optimizer=*/true);
+    ASSERT_TRUE(from.ok()) << from.status().message();
     const std::string save = tmp.file(str_cat("out", k++));
     std::vector<std::string> program = {GALE_BINARY};
     program.insert(program.end(), model.begin(), model.end());
@@ -747,7 +750,8 @@ TEST(ConvertMegatron, PretrainResumesMegatronsLegacyVirtualPipelineAdamState) {
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find(str_cat("reading Megatron's torch checkpoint ", dir, "/iter_0000007 (checkpoint_version 3, "
                                     "saved at TP 1 x PP 2): model weights (its fp32 master copies), adam optimizer "
-                                    "state (non-distributed: exp_avg, exp_avg_sq; step 7), scheduler and iteration")),
+                                    "state (", distributed ? "dp_zero_gather_scatter" : "non-distributed", ": exp_avg, "
+                                    "exp_avg_sq; step 7), scheduler and iteration")),
               std::string::npos)
         << r.output;
     EXPECT_NE(r.output.find("successfully loaded checkpoint from " + dir + " at iteration 7"), std::string::npos)
@@ -761,6 +765,8 @@ TEST(ConvertMegatron, PretrainResumesMegatronsLegacyVirtualPipelineAdamState) {
     first_loss.push_back(loss[0]);
     expect_adamw_step(*from, save, dir, 10000);
   }
+  ASSERT_EQ(first_loss.size(), 4u);
+  EXPECT_EQ(first_loss[2], first_loss[0]);  // the same state in both optimizers' files, one process: to the bit
 }
 
 // Multi-latent attention in the legacy torch format (tests/data/megatron/torch_adam_mla: Megatron core_v0.12.1's MLA
