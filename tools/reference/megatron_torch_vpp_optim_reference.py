@@ -14,7 +14,7 @@ masters and the first moment negated, saved as Megatron's legacy format saves a 
     state_dict() the rank file's 'optimizer'; the chunks' state_dict_for_save_checkpoint() are 'model0' and 'model1';
   - mp_rank_00_00P/model_optim_rng.pt per pipeline rank, args with virtual_pipeline_model_parallel_size 2.
 And tests/data/megatron/torch_adam_distopt_vpp/: the same state as the distributed optimizer saves it (DP 1,
---overlap-grad-reduce --ddp-bucket-size 1000): each chunk's own Megatron _ParamAndGradBuffer (training.get_model
+--overlap-grad-reduce --ddp-bucket-size 40): each chunk's own Megatron _ParamAndGradBuffer (training.get_model
 disables bucketing for the chunks after the first: one bucket), model_optim_rng.pt's 'optimizer' is
 DistributedOptimizer.state_dict() and distrib_optim.pt = DistributedOptimizer.get_parameter_state_dp_zero()
 ({'buckets_coalesced': True, 0: chunk 0's buffer, 1: chunk 1's}), both Megatron's own methods run over a stand-in that
@@ -41,6 +41,9 @@ import megatron_ckpt_reference as ref  # noqa: E402
 import megatron_torch_optim_reference as toref  # noqa: E402  (legacy_args, adamw_over, write_root, rank_dir)
 
 PP, CHUNKS, LAYERS = 2, 2, 4
+# --ddp-bucket-size of the distributed optimizer's fixture: small, so that buckets close after 16-element norms (a bucket
+# boundary that is not 64-aligned), where bucketing the chunks after the first would shift the later parameters.
+DISTOPT_BUCKET = 40
 ITERATION = oref.ITERATION
 
 
@@ -119,7 +122,7 @@ def worker(rank, world, out, port, state, sched_sd, group_values, distributed=Fa
         from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
         dp_group = parallel_state.get_data_parallel_group()
         ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=True,
-                                                   use_distributed_optimizer=True, bucket_size=toref.BUCKET_SIZE)
+                                                   use_distributed_optimizer=True, bucket_size=DISTOPT_BUCKET)
         extra = ()
         if "nccl_ub" in inspect.signature(_ParamAndGradBuffer.__init__).parameters:
             extra = (False, types.SimpleNamespace(tp=parallel_state.get_tensor_model_parallel_group(), dp_cp=dp_group))
@@ -128,7 +131,7 @@ def worker(rank, world, out, port, state, sched_sd, group_values, distributed=Fa
             params = [q for q in c.parameters() if q.requires_grad]
             chunk_names = {q: n for n, q in c.named_parameters()}
             buffers.append(_ParamAndGradBuffer(ddp_config, torch.bfloat16, torch.float32, params, dp_group,
-                                               toref.BUCKET_SIZE if v == 0 else None, chunk_names, 1.0,
+                                               DISTOPT_BUCKET if v == 0 else None, chunk_names, 1.0,
                                                list(range(len(params))), *extra))
         gbuf_ranges = [DistributedOptimizer._build_gbuf_range_map(b) for b in buffers]
         flat = {s: {n: x.reshape(-1) for n, x in local[s].items()} for s in local}
@@ -156,6 +159,8 @@ def worker(rank, world, out, port, state, sched_sd, group_values, distributed=Fa
         f16.optimizer, f16.fp32_from_float16_groups, f16.grad_scaler = adamw, masters, None
         optimizer_sd = Float16OptimizerWithFloat16Params.state_dict(f16)
     args = toref.legacy_args(1, PP, 1, distributed, True)
+    if distributed:
+        args.ddp_bucket_size = DISTOPT_BUCKET
     args.num_layers = LAYERS
     args.virtual_pipeline_model_parallel_size = CHUNKS
     args.num_layers_per_virtual_pipeline_stage = 1
