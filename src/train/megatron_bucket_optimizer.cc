@@ -812,9 +812,10 @@ StatusOr<int64_t> megatron_saved_bucket_size(const PyValue* args, int64_t num_pa
 }
 
 StatusOr<MegatronRankState> megatron_split_dp_zero(const PyRef& state, const MegatronBucketLayout& layout,
-                                                   const std::string& file, const std::string& what) {
+                                                   const std::string& file, const std::string& what, int64_t gbuf,
+                                                   int64_t buffers) {
   std::vector<std::string> states;
-  GALE_ASSIGN_OR_RETURN(BucketSource source, gathered_buffers_of(state, layout, file, what, &states, 0, 1));
+  GALE_ASSIGN_OR_RETURN(BucketSource source, gathered_buffers_of(state, layout, file, what, &states, gbuf, buffers));
   return cut_buckets(source, states, layout);
 }
 

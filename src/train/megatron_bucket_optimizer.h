@@ -153,10 +153,12 @@ using MegatronRankState = std::map<std::string, std::map<MegatronPieceAt, Tensor
 
 // DistributedOptimizer.get_parameter_state_dp_zero's dict `state` ({'buckets_coalesced': True, 0: {(param dtype,
 // grad dtype): {'param', 'exp_avg', 'exp_avg_sq', 'numel_unpadded'}}}: the legacy format's distrib_optim.pt)
-// cut into the parameters of `layout` (the masters as "fp32_param"). `file` and `what` name it in errors: a total
-// other than the layout's, several buffers (Unimplemented).
+// cut into the parameters of `layout` (the masters as "fp32_param"); with virtual pipeline chunks buffer `gbuf` of
+// `buffers` (one per chunk, keys 0..buffers-1). `file` and `what` name it in errors: a total other than the layout's,
+// more buffers than `buffers` (Unimplemented).
 StatusOr<MegatronRankState> megatron_split_dp_zero(const PyRef& state, const MegatronBucketLayout& layout,
-                                                   const std::string& file, const std::string& what);
+                                                   const std::string& file, const std::string& what, int64_t gbuf = 0,
+                                                   int64_t buffers = 1);
 
 // Fills o->tensors (fp32_param, exp_avg, exp_avg_sq by model key, global shapes as saved, the TP pieces merged and
 // every stage's layers in place) from the bucket-space state of `c` (layout o->layout); `args` Megatron's args

@@ -343,11 +343,6 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
                               "directories or .metadata), found ",
                               format == CheckpointFormat::kGale ? std::string("a Gale checkpoint (metadata.json)") : found);
   m.format = format;
-  if (with_optimizer && format == CheckpointFormat::kMegatronTorchDcp)
-    return Unimplemented(m.directory, ": Megatron's optimizer state is read from torch_dist and torch checkpoints only; "
-                         "this one is in the torch_dcp format (not supported yet): pass --no-load-optim (or "
-                         "--finetune) to load the model weights and iteration only, or save it in Megatron with "
-                         "--ckpt-format torch_dist");
   // mp_rank_TT or mp_rank_TT_PPP directories; torch_dist / torch_dcp: one global state dict.
   std::map<std::pair<int64_t, int64_t>, std::string> files;
   std::map<std::pair<int64_t, int64_t>, PyRef> roots;
@@ -460,8 +455,12 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
   a["padded_vocab_size"] = emb->second.shape()[0];
   if (!a.contains("make_vocab_size_divisible_by")) a["make_vocab_size_divisible_by"] = 128;
   if (!m.args.value("untie_embeddings_and_output_weights", false)) m.tensors.erase("output_layer.weight");
-  if (with_optimizer && !dist) {  // each rank file's optimizer (and distrib_optim.pt), merged
+  // Each rank file's optimizer (and distrib_optim.pt), merged; torch_dcp's plain state dict as one rank file's.
+  if (with_optimizer && format != CheckpointFormat::kMegatronTorchDist) {
     GALE_ASSIGN_OR_RETURN(optimizer, read_megatron_torch_optimizer(files, roots, gale_name_of, swiglu));
+    if (mla)  // Megatron's MLA names -> Gale's, as the weights' (read at TP 1 only)
+      for (auto& [state, by_name] : optimizer->tensors)
+        GALE_RETURN_IF_ERROR(megatron_mla_to_gale(m.args, 1, first_path, by_name));
   }
   if (optimizer) GALE_RETURN_IF_ERROR(take_optimizer_state(std::move(*optimizer), m));
   GALE_ASSIGN_OR_RETURN(m.model, model_args_from_json(a, where));

@@ -7,6 +7,7 @@
 
 #include "ckpt/dcp_reader.h"
 #include "ckpt/torch_file.h"
+#include "train/megatron_dcp_optimizer.h"
 
 namespace gale {
 
@@ -127,8 +128,10 @@ StatusOr<MegatronDistState> read_megatron_dist_state(const std::string& dir, Che
   }
   s.root->set("model", model);
   if (!with_optimizer) return s;
-  if (!dist)
-    return Internal(dir, ": read_megatron_dist_state: optimizer state is read from torch_dist checkpoints only");
+  if (!dist) {  // the plain optimizer.state_dict() under DCP's dotted keys: read as a torch-format rank file's
+    GALE_RETURN_IF_ERROR(add_megatron_dcp_optimizer(c, dir, *s.root));
+    return s;
+  }
   GALE_ASSIGN_OR_RETURN(MegatronOptimizerState o, read_megatron_dist_optimizer(c, *common, args.get(), dir));
   for (auto& [state, by_key] : o.tensors) {  // Megatron's sharded keys -> torch-format names
     PyValue named;

@@ -17,8 +17,10 @@
 // The result has the shape of a torch-format rank file: {'args', 'checkpoint_version', 'iteration',
 // 'num_floating_point_operations_so_far', 'model': {torch-format name with the global layer number:
 // tensor}}; `_extra_state` objects, optimizer, RNG and rerun-state entries are left out of it. With
-// `with_optimizer` (torch_dist only) `optimizer` holds Megatron's optimizer state
-// (train/megatron_dist_optimizer.h), its tensors named as 'model's are. Errors name
+// `with_optimizer`, torch_dist: `optimizer` holds Megatron's optimizer state
+// (train/megatron_dist_optimizer.h), its tensors named as 'model's are; torch_dcp: the root gets the plain
+// 'optimizer' and 'opt_param_scheduler' state dicts (train/megatron_dcp_optimizer.h), read as a torch-format rank
+// file's by train/megatron_torch_optimizer.h. Errors name
 // the directory and key: a missing common.pt or .distcp file, a stacked tensor whose leading
 // dimension is not num_layers, an unsupported dtype, a torch_dcp saved at TP/PP > 1.
 #pragma once

@@ -49,13 +49,40 @@ StatusOr<Tensor> to_f32(const Tensor& t, const std::string& what) {
   return f;
 }
 
-// One rank file: its model tensors (torch-format names, local shapes) and what it says about the run.
+const char kLayers[] = "decoder.layers.";
+
+// The layer number of "decoder.layers.<i>.<rest>" (-1 for other names); `rest` gets what follows it.
+int64_t layer_of(const std::string& key, std::string* rest = nullptr) {
+  const size_t n = sizeof(kLayers) - 1;
+  if (key.rfind(kLayers, 0) != 0) return -1;
+  const size_t dot = key.find('.', n);
+  const std::string digits = key.substr(n, dot - n);
+  if (digits.empty() || dot == std::string::npos || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return -1;
+  if (rest) *rest = key.substr(dot + 1);
+  return std::stoll(digits);
+}
+
+// `key` with its layer number moved by `offset` (other names as they are).
+std::string shifted(const std::string& key, int64_t offset) {
+  std::string rest;
+  const int64_t i = layer_of(key, &rest);
+  return i < 0 ? key : str_cat(kLayers, i + offset, ".", rest);
+}
+
+// One model chunk of a rank file: 'model', or with virtual pipeline chunks 'model0', 'model1', ...
+struct RankChunk {
+  std::map<std::string, Tensor> model;  // parameters only (no _extra_state), the file's names
+  std::vector<std::string> saved_order;  // their order in the saved state dict (the modules' registration order)
+  int64_t layers = 0;                   // the chunk's layers (numbered from 0 in the file)
+};
+
+// One rank file: its model chunks (torch-format names, local shapes) and what it says about the run.
 struct RankFile {
   std::string path;
   const PyValue* root = nullptr;
   const PyValue* args = nullptr;
-  std::map<std::string, Tensor> model;  // parameters only (no _extra_state)
-  int64_t layers = 0;                   // the stage's layers (numbered from 0 in the file)
+  std::vector<RankChunk> chunks;
+  std::map<std::string, Tensor> model;  // every chunk's parameters, at their global layer numbers (set by the caller)
 };
 
 StatusOr<RankFile> rank_file(const std::string& path, const PyValue& root) {
@@ -63,20 +90,26 @@ StatusOr<RankFile> rank_file(const std::string& path, const PyValue& root) {
   r.path = path;
   r.root = &root;
   r.args = root.get("args");
-  const PyValue* model = root.get("model");
-  if (model == nullptr || model->kind != PyValue::kDict)
-    return Unimplemented(path, ": Megatron's optimizer state of a checkpoint without one 'model' state dict (virtual "
-                         "pipeline chunks 'model0', 'model1', ...): not supported yet; ", kOutWay);
-  static const std::string kLayers = "decoder.layers.";
-  for (const auto& [k, v] : model->entries) {
-    if (k->kind != PyValue::kString || ends_with(k->s, "_extra_state") || v->kind != PyValue::kTensor) continue;
-    r.model[k->s] = v->data;
-    if (k->s.rfind(kLayers, 0) == 0) {
-      const size_t dot = k->s.find('.', kLayers.size());
-      const std::string digits = k->s.substr(kLayers.size(), dot - kLayers.size());
-      if (!digits.empty() && std::all_of(digits.begin(), digits.end(), ::isdigit))
-        r.layers = std::max<int64_t>(r.layers, std::stoll(digits) + 1);
+  std::vector<const PyValue*> models;
+  if (const PyValue* model = root.get("model")) {
+    models.push_back(model);
+  } else {
+    while (const PyValue* chunk = root.get(str_cat("model", models.size()))) models.push_back(chunk);
+  }
+  if (models.empty())
+    return DataLoss(path, ": expected Megatron's 'model' (or 'model0', ...) state dict, found none; ", kOutWay);
+  for (size_t v = 0; v < models.size(); ++v) {
+    if (models[v]->kind != PyValue::kDict)
+      return DataLoss(path, ": model chunk ", v, ": expected a state dict, found ", models[v]->type_name(), "; ",
+                      kOutWay);
+    RankChunk c;
+    for (const auto& [k, x] : models[v]->entries) {
+      if (k->kind != PyValue::kString || ends_with(k->s, "_extra_state") || x->kind != PyValue::kTensor) continue;
+      c.model[k->s] = x->data;
+      c.saved_order.push_back(k->s);
+      c.layers = std::max<int64_t>(c.layers, layer_of(k->s) + 1);
     }
+    r.chunks.push_back(std::move(c));
   }
   return r;
 }
@@ -208,7 +241,9 @@ Status read_non_distributed(const RankFile& r, const PyValue& opt, const std::ve
 }
 
 // The distributed optimizer's distrib_optim.pt of one rank, cut by the buffer layout of the saved args.
-Status read_distributed(const RankFile& r, const PyValue& opt, std::vector<MegatronBucketParam> order,
+// With virtual pipeline chunks `orders` holds each chunk's parameters: one buffer per chunk (keys 0, 1, ... of the file),
+// bucketing disabled for the chunks after the first (training.get_model).
+Status read_distributed(const RankFile& r, const PyValue& opt, const std::vector<std::vector<MegatronBucketParam>>& orders,
                         MegatronRankState* out, std::set<int64_t>* steps) {
   const std::string where = r.path + " (optimizer)";
   const PyValue* inner = opt.get("optimizer");
@@ -229,15 +264,24 @@ Status read_distributed(const RankFile& r, const PyValue& opt, std::vector<Megat
     return Unimplemented(file, ": the distributed optimizer's older per-bucket parameter state (no "
                          "'buckets_coalesced': True): not supported yet (Megatron converts it with "
                          "--ckpt-convert-update-legacy-dist-opt-format); ", kOutWay);
-  if (int_key(*state, 1) != nullptr)
+  const int64_t buffers = static_cast<int64_t>(orders.size());
+  if (int_key(*state, buffers) != nullptr)
     return Unimplemented(file, ": several gradient buffers (MoE expert parameters or several parameter dtypes): not "
                          "supported yet; ", kOutWay);
-  int64_t num_parameters = 0;
-  for (const MegatronBucketParam& q : order) num_parameters += q.numel;
-  GALE_ASSIGN_OR_RETURN(const int64_t bucket_size, megatron_saved_bucket_size(r.args, num_parameters, r.path));
-  const MegatronBucketLayout layout = megatron_bucket_layout(std::move(order), bucket_size);
-  GALE_ASSIGN_OR_RETURN(*out, megatron_split_dp_zero(state, layout, file, str_cat(file, ": Megatron's distributed "
-                                                                                        "optimizer state")));
+  for (int64_t v = 0; v < buffers; ++v) {
+    int64_t num_parameters = 0;
+    for (const MegatronBucketParam& q : orders[v]) num_parameters += q.numel;
+    GALE_ASSIGN_OR_RETURN(int64_t bucket_size, megatron_saved_bucket_size(r.args, num_parameters, r.path));
+    if (v > 0) bucket_size = 0;  // one bucket
+    const MegatronBucketLayout layout = megatron_bucket_layout(orders[v], bucket_size);
+    GALE_ASSIGN_OR_RETURN(MegatronRankState part,
+                          megatron_split_dp_zero(state, layout, file, str_cat(file, ": Megatron's distributed optimizer "
+                                                                                    "state", buffers > 1 ? str_cat(
+                                                                                    ", model chunk ", v) : ""),
+                                                 v, buffers));
+    for (auto& [name, pieces] : part)
+      for (auto& [at, t] : pieces) (*out)[name][at] = std::move(t);
+  }
   return Status::Ok();
 }
 
@@ -281,9 +325,12 @@ StatusOr<MegatronOptimizerState> read_megatron_torch_optimizer(
   if (const int64_t e = int_attr(args, "num_experts", 0); e > 0)
     return Unimplemented(first_path, ": Megatron's optimizer state of a MoE model (args.num_experts ", e, ") in the "
                          "torch format: not supported yet; ", kOutWay);
-  if (flag_on(args, "multi_latent_attention"))
+  const bool mla = flag_on(args, "multi_latent_attention");
+  if (mla && (tp > 1 || flag_on(args, "use_distributed_optimizer")))
     return Unimplemented(first_path, ": Megatron's optimizer state of a multi-latent-attention model in the torch "
-                         "format: not supported yet; ", kOutWay);
+                         "format saved at TP ", tp, flag_on(args, "use_distributed_optimizer") ? " with the distributed "
+                         "optimizer" : "", ": not supported yet (Gale reads the non-distributed optimizers' state of "
+                         "MLA models saved at TP 1); ", kOutWay);
   const PyValue* impl = args ? args->attr("transformer_impl") : nullptr;
   if (impl == nullptr || impl->kind != PyValue::kString)
     return Unimplemented(first_path, ": Megatron's args record no transformer_impl, which sets the order of the "
@@ -294,15 +341,30 @@ StatusOr<MegatronOptimizerState> read_megatron_torch_optimizer(
   o.layout = distributed ? "dp_zero_gather_scatter" : "non-distributed";
   std::set<int64_t> steps;
   std::map<std::string, std::map<std::string, Tensor>> global;  // state -> Gale name -> merged tensor
-  int64_t offset = 0;
+  std::map<std::pair<int64_t, int64_t>, RankFile> ranks;
+  for (const auto& [rank, path] : files) {
+    GALE_ASSIGN_OR_RETURN(RankFile r, rank_file(path, *roots.at(rank)));
+    ranks.emplace(rank, std::move(r));
+  }
+  // Virtual pipeline chunks: every rank holds as many; the global layers count chunk-major, then stage (chunk v of
+  // pipeline rank p is virtual stage v * PP + p), each chunk numbering its layers from 0.
+  const size_t chunks = ranks.at({0, 0}).chunks.size();
+  for (const auto& [rank, r] : ranks)
+    if (r.chunks.size() != chunks)
+      return DataLoss(r.path, ": holds ", r.chunks.size(), " model chunks: expected ", chunks, " as ", first_path,
+                      "; ", kOutWay);
+  std::map<std::pair<size_t, int64_t>, int64_t> chunk_offset;  // (chunk, pipeline rank) -> its first global layer
+  for (size_t v = 0, at = 0; v < chunks; ++v)
+    for (int64_t p = 0; p < pp; ++p) {
+      chunk_offset[{v, p}] = static_cast<int64_t>(at);
+      at += static_cast<size_t>(ranks.at({0, p}).chunks[v].layers);
+    }
   for (int64_t p = 0; p < pp; ++p) {
     std::vector<MegatronRankState> stage;
-    int64_t stage_layers = 0;
     for (int64_t t = 0; t < tp; ++t) {
       const std::string& path = files.at({t, p});
       const PyValue& root = *roots.at({t, p});
-      GALE_ASSIGN_OR_RETURN(RankFile r, rank_file(path, root));
-      stage_layers = r.layers;
+      RankFile& r = ranks.at({t, p});
       const PyValue* opt = root.get("optimizer");
       if (opt == nullptr || opt->kind == PyValue::kNone)
         return FailedPrecondition(path, ": Megatron's checkpoint holds no optimizer state (saved with "
@@ -313,18 +375,39 @@ StatusOr<MegatronOptimizerState> read_megatron_torch_optimizer(
                              kOutWay);
       if (opt->kind != PyValue::kDict)
         return DataLoss(path, ": 'optimizer': expected Megatron's optimizer state dict, found ", opt->type_name());
-      std::map<std::string, Shape> shapes;
-      for (const auto& [key, w] : r.model) shapes[key] = w.shape();
-      MegatronModelRank rank;  // the file's own pieces and layers
-      rank.first_stage = p == 0;
-      rank.last_stage = p == pp - 1;
-      GALE_ASSIGN_OR_RETURN(std::vector<MegatronBucketParam> order,
-                            megatron_parameter_order(shapes, impl->s, r.layers, path, rank));
-      if (tied && pp > 1)  // Megatron's shared_embedding: a bucket of its own (the distributed optimizer's buffer)
-        for (MegatronBucketParam& q : order) q.own_bucket = q.key == kEmbedding || q.key == kOutput;
+      // The rank's parameters: each chunk's in model.parameters() order, one chunk after the other (Megatron's
+      // _get_param_groups walks the chunks in order), named with their global layer numbers.
+      std::vector<MegatronBucketParam> order;
+      std::vector<std::vector<MegatronBucketParam>> orders;  // per chunk (the distributed optimizer's buffers)
+      for (size_t v = 0; v < chunks; ++v) {
+        const RankChunk& chunk = r.chunks[v];
+        std::map<std::string, Shape> shapes;
+        for (const auto& [key, w] : chunk.model) shapes[key] = w.shape();
+        MegatronModelRank rank;  // the chunk's own pieces and layers
+        rank.first_stage = p == 0 && v == 0;
+        rank.last_stage = p == pp - 1 && v + 1 == chunks;
+        std::vector<MegatronBucketParam> part;
+        if (mla) {  // model.parameters() lists the parameters as the saved state dict does (registration order)
+          for (const std::string& key : chunk.saved_order) {
+            const Shape shape = chunk.model.at(key).shape();
+            part.push_back(MegatronBucketParam{key, -1, chunk.model.at(key).numel(), 0, 0, shape});
+          }
+        } else {
+          GALE_ASSIGN_OR_RETURN(part, megatron_parameter_order(shapes, impl->s, chunk.layers, path, rank));
+        }
+        const int64_t offset = chunk_offset.at({v, p});
+        for (MegatronBucketParam& q : part) {
+          q.key = shifted(q.key, offset);
+          // Tied at PP > 1: Megatron's shared_embedding, a bucket of its own in the distributed optimizer's buffer.
+          if (tied && pp > 1) q.own_bucket = q.key == kEmbedding || q.key == kOutput;
+          order.push_back(q);
+        }
+        orders.push_back(std::move(part));
+        for (const auto& [key, w] : chunk.model) r.model[shifted(key, offset)] = w;
+      }
       MegatronRankState local;
       if (distributed) {
-        GALE_RETURN_IF_ERROR(read_distributed(r, *opt, std::move(order), &local, &steps));
+        GALE_RETURN_IF_ERROR(read_distributed(r, *opt, orders, &local, &steps));
       } else {
         GALE_RETURN_IF_ERROR(read_non_distributed(r, *opt, order, &local, &steps));
       }
@@ -348,7 +431,7 @@ StatusOr<MegatronOptimizerState> read_megatron_torch_optimizer(
                             "' (tensor-parallel rank 0 of its stage does); ", kOutWay);
           parts.push_back(s->second.at(at));
         }
-        const std::string name = gale_name(std::get<0>(at), offset);
+        const std::string name = gale_name(std::get<0>(at), 0);  // global layer numbers already
         GALE_ASSIGN_OR_RETURN(Tensor whole, megatron_merge_tp(parts, megatron_split_of(name, swiglu), std::get<0>(at),
                                                               files.at({0, p})));
         if (tied && pp > 1 && name == kOutput) {  // the last stage's copy of the tied embedding: the same state
@@ -362,7 +445,6 @@ StatusOr<MegatronOptimizerState> read_megatron_torch_optimizer(
         }
         global[state][name] = std::move(whole);
       }
-    offset += stage_layers;
   }
   if (steps.size() > 1)
     return Unimplemented(first_path, ": the optimizer's ranks, param groups or parameters record different steps (",

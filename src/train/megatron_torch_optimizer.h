@@ -27,8 +27,18 @@
 // the result does not depend on the saving run's TP, PP or DP (any data-parallel size can resume it). Tied embeddings
 // at PP > 1: the last stage's output_layer.weight copy must hold the embedding's state bit for bit (DataLoss else).
 // The scheduler state is rank 0's opt_param_scheduler; the step must agree over ranks and param groups.
-// Refused, naming --no-load-optim: a checkpoint without optimizer state (FailedPrecondition), virtual pipeline chunks,
-// MoE (args.num_experts), multi-latent attention, a ChainedOptimizer's list of states, param groups other than the
+// Virtual pipeline chunks ('model0', 'model1', ... in every rank file): the optimizers' param groups walk the rank's
+// chunks in order (Megatron's _get_param_groups over its model chunks), each chunk's parameters in its
+// model.parameters() order (the embedding in rank 0's chunk 0, the final norm and output layer in the last rank's last
+// chunk); chunk v of pipeline rank p holds virtual stage v * PP + p's layers, numbered globally chunk-major. The
+// distributed optimizer's distrib_optim.pt holds a buffer per chunk (keys 0, 1, ...), only the first chunk bucketed
+// (training.get_model disables bucketing for the others).
+// Multi-latent attention (args.multi_latent_attention) at TP 1, non-distributed: the parameter order is the saved state
+// dict's own (torch's state_dict() and parameters() walk the modules in the same registration order), checked the same
+// way; the caller renames the state to Gale's MLA names.
+// Refused, naming --no-load-optim: a checkpoint without optimizer state (FailedPrecondition), rank files with different
+// chunk counts, MLA saved at TP > 1 or with the distributed optimizer,
+// MoE (args.num_experts), a ChainedOptimizer's list of states, param groups other than the
 // two of weight decay on / off (e.g. --decoupled-lr, lr multipliers), the distributed optimizer's older per-bucket
 // distrib_optim.pt (no 'buckets_coalesced') (all Unimplemented); a missing distrib_optim.pt (NotFound); state that does
 // not fit the rank's parameters (DataLoss naming the file, parameter, expected and found).

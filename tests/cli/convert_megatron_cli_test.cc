@@ -619,6 +619,60 @@ TEST(ConvertMegatron, PretrainResumesMegatronsLegacyAdamState) {
   EXPECT_NEAR(tied_loss[3], tied_loss[0], 1e-5 * tied_loss[0]);
 }
 
+// Megatron's optimizer state from torch_dcp checkpoints (tests/data/megatron/torch_dcp_adam{,_bf16},
+// tools/reference/megatron_torch_dcp_optim_reference.py: torch_adam's FP32Optimizer state dict, and that state as
+// Float16OptimizerWithFloat16Params' at TP 1 with bf16 weights, saved as --ckpt-format torch_dcp saves them): iteration
+// 8 in Gale, in one process and on two ranks, must be AdamW's update from the loaded state on every element, with the
+// restored step and schedule; torch_dcp_adam's first loss is torch_adam's to the bit (the same state in one process).
+TEST(ConvertMegatron, PretrainResumesMegatronsTorchDcpAdamState) {
+  TempDir tmp;
+  write_small_dataset(tmp.file("data_text_document"));
+  const std::vector<std::string> model = adam_model(tmp);
+  struct Case {
+    const char* fixture;
+    int np;
+    std::vector<std::string> extra;
+  };
+  const Case cases[] = {
+      {"torch_adam", 1, {}},
+      {"torch_dcp_adam", 1, {}},
+      {"torch_dcp_adam", 2, {"--use-distributed-optimizer"}},
+      {"torch_dcp_adam_bf16", 1, {"--bf16"}},
+      {"torch_dcp_adam_bf16", 2, {"--bf16", "--tensor-model-parallel-size", "2"}},
+  };
+  std::map<std::string, double> one_process_loss;
+  int k = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(str_cat(c.fixture, " on ", c.np, " ranks"));
+    const std::string save = tmp.file(str_cat("out", k++));
+    std::vector<std::string> program = {GALE_BINARY};
+    program.insert(program.end(), model.begin(), model.end());
+    std::vector<std::string> extra = c.extra;
+    extra.insert(extra.end(), {"--load", megatron(c.fixture), "--save", save});
+    test::RunResult r = test::run_with_timeout(testing::launch_argv(c.np, program, extra), testing::kMpiEnv, 300);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const bool dcp = std::string(c.fixture) != "torch_adam", bf16 = std::string(c.fixture) == "torch_dcp_adam_bf16";
+    EXPECT_NE(r.output.find(str_cat("reading Megatron's ", dcp ? "torch_dcp" : "torch", " checkpoint ",
+                                    megatron(c.fixture), "/iter_0000007 (checkpoint_version 3, saved at TP 1 x PP 1): "
+                                    "model weights", bf16 ? " (its fp32 master copies)" : "", ", adam optimizer state "
+                                    "(non-distributed: exp_avg, exp_avg_sq; step 7), scheduler and iteration; "
+                                    "Megatron's RNG state is not read")),
+              std::string::npos)
+        << r.output;
+    const std::vector<double> lr = logged_values(r.output, "learning rate");
+    ASSERT_EQ(lr.size(), 1u) << r.output;
+    EXPECT_NEAR(lr[0], 7e-4, 1e-12);
+    const std::vector<double> loss = logged_values(r.output, "lm loss");
+    ASSERT_EQ(loss.size(), 1u) << r.output;
+    if (c.np == 1) one_process_loss[c.fixture] = loss[0];
+    else EXPECT_NEAR(loss[0], one_process_loss.at(c.fixture), 1e-5 * loss[0]);
+    auto from = read_megatron_checkpoint(megatron(c.fixture), kUnset, /*with_optimizer=*/true);
+    ASSERT_TRUE(from.ok()) << from.status().message();
+    expect_adamw_step(*from, save, c.fixture);
+  }
+  EXPECT_EQ(one_process_loss.at("torch_dcp_adam"), one_process_loss.at("torch_adam"));
+}
+
 // Virtual pipeline chunks (tests/data/megatron/torch_dist_adam_{buckets,dp_zero}_vpp: a 4-layer model's dp_reshardable and
 // dp_zero_gather_scatter state at PP 2 with two chunks per rank, a buffer per chunk;
 // tools/reference/megatron_vpp_buckets_optim_reference.py): gale pretrain continues each at iteration 8 in one process
@@ -663,6 +717,107 @@ TEST(ConvertMegatron, PretrainResumesMegatronsVirtualPipelineAdamState) {
   }
   EXPECT_EQ(first_loss[2], first_loss[0]);  // the same state in both layouts
   for (double l : first_loss) EXPECT_NEAR(l, first_loss[0], 1e-5 * first_loss[0]);
+}
+
+// Virtual pipeline chunks in the legacy torch format (tests/data/megatron/torch_adam_bf16_vpp: a 4-layer model's
+// Float16OptimizerWithFloat16Params state at PP 2 with two chunks per rank, 'model0' / 'model1' in each rank file;
+// torch_adam_distopt_vpp: the same state in the distributed optimizer's distrib_optim.pt, a buffer per chunk;
+// tools/reference/megatron_torch_vpp_optim_reference.py): gale pretrain continues each at iteration 8 in one process and
+// at PP 2 with virtual stages, with AdamW's update from the loaded state on every element, and the same first loss.
+TEST(ConvertMegatron, PretrainResumesMegatronsLegacyVirtualPipelineAdamState) {
+  TempDir tmp;
+  write_small_dataset(tmp.file("data_text_document"));
+  std::vector<std::string> model = adam_model(tmp);
+  *(std::find(model.begin(), model.end(), "--num-layers") + 1) = "4";
+  std::vector<double> first_loss;
+  int k = 0;
+  for (const char* fixture : {"torch_adam_bf16_vpp", "torch_adam_distopt_vpp"})
+  for (const std::vector<std::string>& layout :
+       {std::vector<std::string>{}, std::vector<std::string>{"--pipeline-model-parallel-size", "2",
+                                                             "--num-layers-per-virtual-pipeline-stage", "1"}}) {
+    SCOPED_TRACE(str_cat(fixture, layout.empty() ? " in one process" : " at PP 2 with virtual stages"));
+    const std::string dir = megatron(fixture);
+    const bool distributed = std::string(fixture) == "torch_adam_distopt_vpp";
+    auto from = read_megatron_checkpoint(dir, kUnset, /*with_optimizer=*/true);
+    ASSERT_TRUE(from.ok()) << from.status().message();
+    const std::string save = tmp.file(str_cat("out", k++));
+    std::vector<std::string> program = {GALE_BINARY};
+    program.insert(program.end(), model.begin(), model.end());
+    std::vector<std::string> extra = layout;
+    extra.insert(extra.end(), {"--bf16", "--load", dir, "--save", save});
+    test::RunResult r =
+        test::run_with_timeout(testing::launch_argv(layout.empty() ? 1 : 2, program, extra), testing::kMpiEnv, 300);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find(str_cat("reading Megatron's torch checkpoint ", dir, "/iter_0000007 (checkpoint_version 3, "
+                                    "saved at TP 1 x PP 2): model weights (its fp32 master copies), adam optimizer "
+                                    "state (", distributed ? "dp_zero_gather_scatter" : "non-distributed", ": exp_avg, "
+                                    "exp_avg_sq; step 7), scheduler and iteration")),
+              std::string::npos)
+        << r.output;
+    EXPECT_NE(r.output.find("successfully loaded checkpoint from " + dir + " at iteration 7"), std::string::npos)
+        << r.output;
+    const std::vector<double> lr = logged_values(r.output, "learning rate");
+    ASSERT_EQ(lr.size(), 1u) << r.output;
+    EXPECT_NEAR(lr[0], 7e-4, 1e-12);
+    const std::vector<double> loss = logged_values(r.output, "lm loss");
+    ASSERT_EQ(loss.size(), 1u) << r.output;
+    if (!first_loss.empty()) EXPECT_NEAR(loss[0], first_loss[0], 1e-5 * loss[0]);
+    first_loss.push_back(loss[0]);
+    expect_adamw_step(*from, save, dir, 10000);
+  }
+  ASSERT_EQ(first_loss.size(), 4u);
+  EXPECT_EQ(first_loss[2], first_loss[0]);  // the same state in both optimizers' files, one process: to the bit
+}
+
+// Multi-latent attention in the legacy torch format (tests/data/megatron/torch_adam_mla: Megatron core_v0.12.1's MLA
+// model with q LoRA after 7 AdamW steps, Float16OptimizerWithFloat16Params' state at TP 1;
+// tools/reference/megatron_torch_mla_optim_reference.py): gale pretrain with its MLA flags continues it at iteration
+// 8 in one process and at DP 2 with the distributed optimizer, with AdamW's update from the loaded state on every
+// element, and the same first loss.
+TEST(ConvertMegatron, PretrainResumesMegatronsLegacyMlaAdamState) {
+  TempDir tmp;
+  write_small_dataset(tmp.file("data_text_document"));
+  std::vector<std::string> model = adam_model(tmp);
+  *(std::find(model.begin(), model.end(), "--hidden-size") + 1) = "32";  // the MLA model's sizes
+  *(std::find(model.begin(), model.end(), "--ffn-hidden-size") + 1) = "48";
+  *(std::find(model.begin(), model.end(), "--max-position-embeddings") + 1) = "4096";  // YaRN's original length
+  model.erase(std::find(model.begin(), model.end(), "--group-query-attention"));
+  model.erase(std::find(model.begin(), model.end(), "--num-query-groups"), std::find(model.begin(), model.end(),
+                                                                                  "--num-query-groups") + 2);
+  model.insert(model.end(), {"--bf16", "--multi-latent-attention", "--kv-lora-rank", "12", "--qk-head-dim", "8",
+                             "--qk-pos-emb-head-dim", "4", "--v-head-dim", "6", "--q-lora-rank", "16", "--qk-layernorm",
+                             "--normalization", "RMSNorm", "--rotary-scaling-factor", "4", "--mscale", "0.8",
+                             "--mscale-all-dim", "0.8"});
+  const std::string dir = megatron("torch_adam_mla");
+  auto from = read_megatron_checkpoint(dir, kUnset, /*with_optimizer=*/true);
+  ASSERT_TRUE(from.ok()) << from.status().message();
+  std::vector<double> first_loss;
+  int k = 0;
+  for (const std::vector<std::string>& layout :
+       {std::vector<std::string>{}, std::vector<std::string>{"--use-distributed-optimizer"}}) {
+    SCOPED_TRACE(layout.empty() ? "one process" : "DP 2, distributed optimizer");
+    const std::string save = tmp.file(str_cat("out", k++));
+    std::vector<std::string> program = {GALE_BINARY};
+    program.insert(program.end(), model.begin(), model.end());
+    std::vector<std::string> extra = layout;
+    extra.insert(extra.end(), {"--load", dir, "--save", save});
+    test::RunResult r =
+        test::run_with_timeout(testing::launch_argv(layout.empty() ? 1 : 2, program, extra), testing::kMpiEnv, 300);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find(str_cat("reading Megatron's torch checkpoint ", dir, "/iter_0000007 (checkpoint_version 3, "
+                                    "saved at TP 1 x PP 1): model weights (its fp32 master copies), adam optimizer "
+                                    "state (non-distributed: exp_avg, exp_avg_sq; step 7), scheduler and iteration")),
+              std::string::npos)
+        << r.output;
+    const std::vector<double> lr = logged_values(r.output, "learning rate");
+    ASSERT_EQ(lr.size(), 1u) << r.output;
+    EXPECT_NEAR(lr[0], 7e-4, 1e-12);
+    const std::vector<double> loss = logged_values(r.output, "lm loss");
+    ASSERT_EQ(loss.size(), 1u) << r.output;
+    if (!first_loss.empty()) EXPECT_NEAR(loss[0], first_loss[0], 1e-5 * loss[0]);
+    first_loss.push_back(loss[0]);
+    expect_adamw_step(*from, save, dir, 10000);
+  }
 }
 
 // Tied embeddings at PP > 1 (tests/data/megatron/torch_dist_adam_{buckets,dp_zero}_tp2pp2_tied: the same state with the

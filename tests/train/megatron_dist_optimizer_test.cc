@@ -353,13 +353,12 @@ TEST(MegatronDistOptimizerErrors, ChainedOptimizersGaleCannotRead) {
 }
 
 TEST(MegatronDistOptimizerErrors, WhatIsNotReadIsNamedWithTheWayOut) {
-  // The torch_dcp format: refused before reading (the torch format's state: megatron_torch_optimizer_test.cc).
+  // A torch_dcp checkpoint without optimizer state (its state: megatron_dcp_optimizer_test.cc).
   auto m = read_with_optimizer("torch_dcp_tp1");
   ASSERT_FALSE(m.ok());
-  EXPECT_EQ(m.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(m.status().message().find("Megatron's optimizer state is read from torch_dist and torch checkpoints only; "
-                                      "this one is in the torch_dcp format (not supported yet): pass --no-load-optim "
-                                      "(or --finetune)"),
+  EXPECT_EQ(m.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(m.status().message().find("holds no optimizer state (saved with --no-save-optim, or not by a training "
+                                      "run): pass --no-load-optim (or --finetune)"),
             std::string::npos)
       << m.status().message();
   // A torch_dist checkpoint without optimizer state.

@@ -281,8 +281,7 @@ TEST(MegatronTorchOptimizer, FusedAdamStepInTheParamGroups) {
 TEST(MegatronTorchOptimizerErrors, CheckpointWithoutOptimizerState) {
   expect_refused(fixture("tp1"), StatusCode::kFailedPrecondition,
                  "holds no optimizer state (saved with --no-save-optim, or not by a training run)");
-  expect_refused(fixture("pp2vp2"), StatusCode::kUnimplemented, "virtual pipeline chunks 'model0', 'model1', ...): not "
-                 "supported yet");
+  expect_refused(fixture("pp2vp2"), StatusCode::kFailedPrecondition, "holds no optimizer state");
 }
 
 }  // namespace
