@@ -39,10 +39,11 @@ nlohmann::json model_flags_json(const ModelArgs& m);
 // recorded them) are InvalidArgument naming the missing key.
 StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::string& where);
 
-// Unimplemented for a Gated DeltaNet or a DeepSeek sparse attention model (`where`: the checkpoint
-// whose args `m` are): converting it to or from Megatron's formats (and, for DeepSeek sparse
-// attention, Hugging Face's; a Gated DeltaNet model is Hugging Face's Qwen3NextForCausalLM) is not
-// supported yet; so is a hybrid model with Gated DeltaNet layers ('G'), in every format. Ok otherwise.
+// Unimplemented for a DeepSeek sparse attention model and a Gated DeltaNet-2 one (`where`: the
+// checkpoint whose args `m` are): converting it to or from Hugging Face's formats (and, for DeepSeek
+// sparse attention, Megatron's) is not supported yet; so is a hybrid model with Gated DeltaNet layers
+// ('G'), in every format. Ok otherwise (a Gated DeltaNet model is Hugging Face's Qwen3NextForCausalLM;
+// Megatron's torch format holds GDN and GDN2 models: train/megatron_gdn_names.h's refuse_megatron_variant).
 Status refuse_variant_conversion(const ModelArgs& m, const std::string& where);
 
 // The MoE flags that shape the model (num_experts, moe_router_topk, moe_ffn_hidden_size,
