@@ -6,7 +6,8 @@
 // in_proj's sections and conv1d's q | k | v split over TP each on its own, dt_bias / A_log split
 // contiguously, out_proj by columns. Gale must read every layout into the same whole tensors (its
 // model's, conv1d.weight [C, K]), write Megatron's TP 2 (x PP 2) rank files byte for byte, and refuse
-// what it does not read.
+// what it does not read. gdn_reference.json holds the script's float64 forward of the tp1 model,
+// written from Megatron's math: every layout read into Gale's model must give its logits.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -143,6 +144,29 @@ TEST_P(GdnCheckpoint, WritesMegatronsRankFilesAndRoundTripsByteIdentically) {
       const std::string f = str_cat("/iter_0000007/", rank, "/model_optim_rng.pt");
       EXPECT_EQ(file_bytes(tmp.file("mg_" + layout + f)), file_bytes(tmp.file("again_" + layout + f))) << rank;
     }
+  }
+}
+
+// The script's float64 forward of Megatron's GatedDeltaNet GPT model (gdn_reference.json, written from
+// Megatron's math on the tp1 state dict): Gale's model read from tp1, tp2 or tp2pp2 gives its logits
+// and per-token losses, so the section order Gale merges to is the one Megatron's forward reads.
+TEST_P(GdnCheckpoint, EveryLayoutReproducesTheReferenceLogits) {
+  std::ifstream in(fixture("gdn_reference.json"));
+  const nlohmann::json j = nlohmann::json::parse(in).at(GetParam());
+  Reference ref;
+  ref.tokens = j["tokens"].get<std::vector<int32_t>>();
+  ref.labels = j["labels"].get<std::vector<int32_t>>();
+  ref.logits = j["logits"].get<std::vector<std::vector<double>>>();
+  ref.losses = j["losses"].get<std::vector<double>>();
+  std::vector<std::string> all = layouts();
+  all.insert(all.begin(), "tp1");
+  for (const std::string& layout : all) {
+    auto m = read_megatron_checkpoint(dir(layout));
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    auto loaded = build_model(*m);
+    const Comparison c = compare(*loaded->model, ref);
+    EXPECT_LT(c.max_logit_diff, kLogitTolerance) << layout;
+    EXPECT_LT(c.max_loss_diff, kLogitTolerance) << layout;
   }
 }
 

@@ -27,11 +27,15 @@ the model is not built here: the state dicts are written from Megatron main's ru
     columns split. out_norm (hidden_size = value_head_dim) is replicated.
   * the dense parts as Megatron-Core's GPT: linear_qkv rows per query group, SwiGLU fc1 [gate_r; up_r],
     linear_proj / fc2 columns, embedding and output_layer vocabulary rows, norms replicated.
+and tests/data/megatron/gdn_reference.json: per variant the logits and per-token losses of the TP 1 model on 8 tokens,
+computed here in float64 from Megatron's math (gdn.py / gdn2.py `_compute_gates`, the gated delta rule and GDN2's
+S_t = (I - k_t (b_t * k_t)^T) Diag(exp(g_t)) S_{t-1} + k_t (w_t * v_t)^T, the gated RMSNorm, RoPE attention, SwiGLU).
 The TP 1 state dict is the "whole" model; the TP 2 files are cut from it by the rules above (the test checks that
 Gale reads them into the TP 1 tensors and writes them back byte for byte).
 Run (torch 1.13 is enough): /usr/bin/python3 tools/reference/megatron_gdn_reference.py tests/data/megatron
 """
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -172,6 +176,91 @@ def save(root, variant, tp, pp):
         f.write(str(ITERATION))
 
 
+def rms_norm(x, w, eps=1e-6):
+    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * w
+
+
+def gdn_mixer(sd, p, u, variant):
+    """Megatron's GatedDeltaNet (gdn.py, common.py) in float64, one sequence u [S, H], written from its math."""
+    S = u.shape[0]
+    zx = u @ sd[p + "in_proj.weight"].T
+    sections = torch.split(zx, in_proj_sections(variant), dim=-1)
+    q, k, v, z = sections[:4]
+    b, a = (None, sections[4:]) if variant == "gdn2" else sections[4:]
+    qkv = torch.cat([q, k, v], -1)  # conv1d over [q | k | v] channels, causal, no bias, then SiLU
+    w = sd[p + "conv1d.weight"][:, 0, :]  # [C, K]
+    padded = torch.cat([torch.zeros(K - 1, qkv.shape[1], dtype=qkv.dtype), qkv], 0)
+    conv = torch.stack([(padded[s:s + K] * w.T).sum(0) for s in range(S)], 0)
+    conv = torch.nn.functional.silu(conv)
+    q, k, v = torch.split(conv, [QK, QK, VD], dim=-1)
+    q, k, v = q.reshape(S, NK, DK), k.reshape(S, NK, DK), v.reshape(S, NV, DV)
+    q = q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6)  # FLA's l2norm
+    k = k / torch.sqrt((k * k).sum(-1, keepdim=True) + 1e-6)
+    r = NV // NK
+    q, k = q.repeat_interleave(r, 1), k.repeat_interleave(r, 1)  # value head h reads key head h // r
+    o = torch.zeros(S, NV, DV, dtype=u.dtype)
+    if variant == "gdn2":  # S_t = (I - k (e*k)^T) Diag(exp g) S_{t-1} + k (w*v)^T, channel-wise gates
+        f, e, wr = a  # the f, b, w sections (gdn2.py's _compute_gates)
+        g = -sd[p + "A_log"].exp().repeat_interleave(DK) * torch.nn.functional.softplus(f + sd[p + "dt_bias"])
+        g = g.reshape(S, NK, DK).repeat_interleave(r, 1)
+        e = torch.sigmoid(e).reshape(S, NK, DK).repeat_interleave(r, 1)
+        wr = torch.sigmoid(wr).reshape(S, NV, DV)
+        for h in range(NV):
+            state = torch.zeros(DK, DV, dtype=u.dtype)
+            for s in range(S):
+                decayed = g[s, h].exp()[:, None] * state
+                state = decayed - torch.outer(k[s, h], decayed.T @ (e[s, h] * k[s, h])) + \
+                    torch.outer(k[s, h], wr[s, h] * v[s, h])
+                o[s, h] = state.T @ q[s, h] / DK ** 0.5
+    else:
+        g = -sd[p + "A_log"].exp() * torch.nn.functional.softplus(a + sd[p + "dt_bias"])  # [S, NV]
+        beta = torch.sigmoid(b)
+        for h in range(NV):
+            state = torch.zeros(DK, DV, dtype=u.dtype)
+            for s in range(S):
+                state = state * g[s, h].exp()
+                state = state + torch.outer(k[s, h], beta[s, h] * (v[s, h] - state.T @ k[s, h]))
+                o[s, h] = state.T @ q[s, h] / DK ** 0.5
+    y = rms_norm(o, sd[p + "out_norm.weight"]) * torch.nn.functional.silu(z.reshape(S, NV, DV))
+    return y.reshape(S, VD) @ sd[p + "out_proj.weight"].T
+
+
+def attention(sd, p, x):
+    """Megatron-Core's self-attention: [q; k; v] per head (no GQA), RoPE (rotate-half), causal softmax."""
+    S, D = x.shape[0], HIDDEN // HEADS
+    qkv = (x @ sd[p + "linear_qkv.weight"].T).reshape(S, HEADS, 3, D)
+    q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    inv = 1.0 / 10000 ** (torch.arange(0, D, 2, dtype=torch.float64) / D)
+    ang = torch.outer(torch.arange(S, dtype=torch.float64), inv)
+    cos, sin = torch.cat([ang, ang], -1).cos()[:, None], torch.cat([ang, ang], -1).sin()[:, None]
+
+    def rope(t):
+        half = torch.cat([-t[..., D // 2:], t[..., :D // 2]], -1)
+        return t * cos + half * sin
+
+    q, k = rope(q), rope(k)
+    scores = torch.einsum("shd,thd->hst", q, k) / D ** 0.5
+    scores = scores.masked_fill(torch.triu(torch.ones(S, S, dtype=torch.bool), 1), float("-inf"))
+    out = torch.einsum("hst,thd->shd", torch.softmax(scores, -1), v).reshape(S, HIDDEN)
+    return out @ sd[p + "linear_proj.weight"].T
+
+
+def reference_logits(variant, tokens):
+    sd = {k: v.double() for k, v in whole_state_dict(variant).items() if v is not None}
+    x = sd["embedding.word_embeddings.weight"][tokens]
+    for i, kind in enumerate(PATTERN):
+        p = "decoder.layers.%d." % i
+        if kind:
+            x = x + gdn_mixer(sd, p + "self_attention.", rms_norm(x, sd[p + "self_attention.in_proj.layer_norm_weight"]),
+                              variant)
+        else:
+            x = x + attention(sd, p + "self_attention.", rms_norm(x, sd[p + "self_attention.linear_qkv.layer_norm_weight"]))
+        h = rms_norm(x, sd[p + "mlp.linear_fc1.layer_norm_weight"]) @ sd[p + "mlp.linear_fc1.weight"].T
+        x = x + (torch.nn.functional.silu(h[:, :FFN]) * h[:, FFN:]) @ sd[p + "mlp.linear_fc2.weight"].T
+    x = rms_norm(x, sd["decoder.final_layernorm.weight"])
+    return x @ sd["output_layer.weight"].T  # [S, padded vocabulary]
+
+
 def main():
     out = sys.argv[1]
     for variant, layouts in (("gdn", [(1, 1), (2, 1), (2, 2)]), ("gdn2", [(1, 1), (2, 1)])):
@@ -180,6 +269,15 @@ def main():
         for tp, pp in layouts:
             name = "tp%d" % tp + ("pp%d" % pp if pp > 1 else "")
             save(os.path.join(base, name), variant, tp, pp)
+    tokens = [3, 17, 42, 8, 0, 49, 25, 11]
+    labels = tokens[1:] + tokens[:1]
+    ref = {}
+    for variant in ("gdn", "gdn2"):
+        logits = reference_logits(variant, tokens)
+        losses = torch.logsumexp(logits, -1) - logits[torch.arange(len(tokens)), labels]
+        ref[variant] = {"tokens": tokens, "labels": labels, "logits": logits.tolist(), "losses": losses.tolist()}
+    with open(os.path.join(out, "gdn_reference.json"), "w") as f:
+        json.dump(ref, f)
     print("wrote", out)
 
 
