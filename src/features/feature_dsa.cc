@@ -87,7 +87,7 @@ class DsaFeature : public Feature {
            "TP/SP split the heads; generate/evaluate/batched serving with per-sequence GDN decoding states; "
            "CP as Megatron-Core's (TP×CP divides --linear-num-key-heads); MTP (--mtp-num-layers) when the last "
            "decoder layer is full attention, with speculative decoding (--num-speculative-tokens) rolling the GDN "
-           "states back; LoRA (in_proj / out_proj at TP 1 and CP 1, and the attention and MLP linears); no MLA; "
+           "states back; LoRA (in_proj / out_proj at any TP and CP 1, and the attention and MLP linears); no MLA; "
            "Megatron's torch-format GDN checkpoints load and convert both ways at any TP/PP (not torch_dist); "
            "gale convert imports and exports Hugging Face Qwen3NextForCausalLM; "
            "--experimental-attention-variant gdn2: Gated DeltaNet-2 (channel-wise decay, erase and write gates) in "
