@@ -12,6 +12,7 @@
 #include "model/gdn_context_parallel.h"
 #include "model/norm_weight.h"
 #include "model/param_builders.h"
+#include "parallel/mappings.h"
 
 namespace gale {
 
@@ -262,13 +263,21 @@ GdnParamIds register_gdn_params(ParamBuffer& pb, const ModelConfig& c, int64_t l
                                         1, {VD})));
   const bool lora_in = lora_targets(c.lora, LoraTarget::kInProj), lora_out = lora_targets(c.lora, LoraTarget::kOutProj);
   if (lora_in || lora_out) {
-    GALE_CHECK(!tp) << "LoRA on the Gated DeltaNet projections under tensor parallelism";
     std::optional<ModelPartition> whole;  // TP 1 without a partition: the single-process one
     if (!part) whole.emplace(single_process_partition(c));
     const ModelPartition& one = part ? *part : *whole;
-    if (lora_in)
+    if (lora_in && !tp) {
       w.lora_in = register_lora_params(pb, c.lora, one, gdn_name(layer, "in_proj.weight"), d.in_proj_rows(), d.H,
                                        LoraSplit::kColumn);
+    } else if (lora_in) {  // register_lora_params' kColumn, lora_B's rows split as in_proj's: each section on its own
+      const std::string wn = gdn_name(layer, "in_proj.weight");
+      ParamSpec a = make_param_spec(lora_a_name(wn), {c.lora.r, d.H}, InitKind::kUniform,
+                                    1.0f / std::sqrt(static_cast<float>(d.H)), true);
+      ParamSpec b = make_param_spec(lora_b_name(wn), {d.in_proj_rows(), c.lora.r}, InitKind::kZeros, 0.0f, true);
+      a.sequence_parallel = true;  // replicated, gradient partial per TP rank: all-reduced over TP
+      w.lora_in.a = pb.add(std::move(a));
+      w.lora_in.b = pb.add(tp_split_sections(std::move(b), *part, 0, d.in_proj_sections()));
+    }
     if (lora_out)
       w.lora_out = register_lora_params(pb, c.lora, one, gdn_name(layer, "out_proj.weight"), d.H, VD, LoraSplit::kRow);
   }
@@ -296,14 +305,28 @@ GdnWeights gdn_weights(const ModelConfig& c, const ParamBuffer& pb, const GdnPar
 
 namespace {
 
+bool tp_parallel(const TpLinearComm& c) { return c.tp != nullptr && c.tp->size() > 1; }
+
+// y += x (both f32, same shape).
+void add_into(Tensor& y, const Tensor& x) {
+  GALE_CHECK(y.dtype() == DType::kF32 && x.dtype() == DType::kF32 && y.shape() == x.shape())
+      << "Gated DeltaNet LoRA: adding " << x.shape_string() << " into " << y.shape_string();
+  float* yp = y.data<float>();
+  const float* xp = x.data<float>();
+  for (int64_t i = 0; i < y.numel(); ++i) yp[i] += xp[i];
+}
+
 // The mixer over sequences of rows (gdn_forward: one per sample, no states).
 // Under context parallelism `seqs` cover the rows after the all-to-all (whole sequences).
 Tensor forward(const GdnDims& d_tp, const GdnWeights& w_tp, const Tensor& u, const std::vector<GdnSequence>& seqs,
                DType gemm_dtype, GdnSaved* saved, const std::vector<int32_t>& starts_v) {
   Tensor u_saved;
   Tensor zx = column_parallel_linear_forward(w_tp.tp, u, w_tp.in_proj, &u_saved);  // [T, R] (gathered under SP)
-  Tensor lora_in_u, lora_out_u;  // the adapters' x·Aᵀ (TP 1: u is in_proj's whole input)
-  if (w_tp.lora_in.a) lora_in_u = lora_forward(u, w_tp.lora_in, zx);
+  Tensor lora_in_u, lora_out_u;  // the adapters' x·Aᵀ, of in_proj's whole input (gathered under SP)
+  if (w_tp.lora_in.a) {
+    GALE_CHECK(!w_tp.tp.keeps_local_input()) << "LoRA on the Gated DeltaNet in_proj with --use-ascend-mc2";
+    lora_in_u = lora_forward(u_saved, w_tp.lora_in, zx);
+  }
   if (w_tp.cp.on()) zx = gdn_cp_seq_to_heads(w_tp.cp, d_tp, zx);  // [S_global·B, R_cp]
   const GdnCpWeights cpw(d_tp, w_tp);  // this cp rank's heads (d_tp, w_tp without CP)
   const GdnDims& d = cpw.dims();
@@ -379,7 +402,17 @@ Tensor forward(const GdnDims& d_tp, const GdnWeights& w_tp, const Tensor& u, con
   if (w_tp.cp.on()) normed = mamba_cp_heads_to_seq(w_tp.cp, normed);  // [S_local·B, VD of this TP rank]
   Tensor normed_in = to_gemm_input(normed, gemm_dtype);
   Tensor out = row_parallel_linear_forward(w.tp, normed_in, w.out_proj);  // [T, H] (this rank's rows under SP)
-  if (w_tp.lora_out.a) lora_out_u = lora_forward(normed_in, w_tp.lora_out, out);
+  if (w_tp.lora_out.a) {
+    if (tp_parallel(w.tp)) {  // this rank's columns give a partial sum, reduced as out_proj's
+      Tensor partial = Tensor::zeros({normed_in.size(0), out.size(1)}, DType::kF32);
+      lora_out_u = lora_forward(normed_in, w_tp.lora_out, partial);
+      partial = w.tp.sequence_parallel ? reduce_scatter_to_sequence_parallel_region(partial, *w.tp.tp)
+                                       : reduce_from_tp_region(partial, *w.tp.tp);
+      add_into(out, partial);
+    } else {
+      lora_out_u = lora_forward(normed_in, w_tp.lora_out, out);
+    }
+  }
   if (saved) {
     saved->lora_in_u = lora_in_u;
     saved->lora_out_u = lora_out_u;
@@ -416,7 +449,12 @@ Tensor gdn_forward_sequences(const GdnDims& d, const GdnWeights& w, const Tensor
 Tensor gdn_backward(const GdnDims& d_tp, const GdnWeights& w_tp, GdnSaved& sv, const Tensor& d_out, int64_t S,
                     int64_t B) {
   Tensor d_normed = row_parallel_linear_backward(w_tp.tp, d_out, sv.normed, w_tp.out_proj);  // [T, VD]
-  if (w_tp.lora_out.a) lora_backward(d_out, sv.normed, sv.lora_out_u, w_tp.lora_out, d_normed);
+  if (w_tp.lora_out.a) {  // dy of every row (gathered under SP), as out_proj's backward takes it
+    const Tensor dy = tp_parallel(w_tp.tp) && w_tp.tp.sequence_parallel
+                          ? gather_from_sequence_parallel_region(d_out, *w_tp.tp.tp)
+                          : d_out;
+    lora_backward(dy, sv.normed, sv.lora_out_u, w_tp.lora_out, d_normed);
+  }
   sv.normed = sv.lora_out_u = Tensor();
   if (w_tp.cp.on()) {
     d_normed = mamba_cp_heads_to_seq_backward(w_tp.cp, d_normed);  // [S_global·B, VD_cp]
@@ -618,7 +656,17 @@ Tensor gdn_backward(const GdnDims& d_tp, const GdnWeights& w_tp, GdnSaved& sv, c
   cpw.add_grads();
   if (w_tp.cp.on()) d_zx = gdn_cp_seq_to_heads_backward(w_tp.cp, d_tp, d_zx);  // [S_local·B, R]
   Tensor du = column_parallel_linear_backward(w_tp.tp, d_zx, sv.u, w_tp.in_proj);
-  if (w_tp.lora_in.a) lora_backward(d_zx, sv.u, sv.lora_in_u, w_tp.lora_in, du);
+  if (w_tp.lora_in.a) {
+    if (tp_parallel(w_tp.tp)) {  // this rank's rows of B give a partial input gradient, reduced as in_proj's
+      Tensor partial = Tensor::zeros(sv.u.shape(), DType::kF32);
+      lora_backward(d_zx, sv.u, sv.lora_in_u, w_tp.lora_in, partial);
+      partial = w_tp.tp.sequence_parallel ? reduce_scatter_to_sequence_parallel_region(partial, *w_tp.tp.tp)
+                                          : reduce_from_tp_region(partial, *w_tp.tp.tp);
+      add_into(du, partial);
+    } else {
+      lora_backward(d_zx, sv.u, sv.lora_in_u, w_tp.lora_in, du);
+    }
+  }
   sv.u = sv.zx = sv.lora_in_u = Tensor();
   return du;
 }

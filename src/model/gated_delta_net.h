@@ -85,13 +85,15 @@ struct GdnDims {
 // Ids of one GDN mixer's parameters (-1 where absent; the layer's norm is the layer's).
 struct GdnParamIds {
   int in_proj = -1, conv_w = -1, dt_bias = -1, a_log = -1, out_norm_w = -1, out_proj = -1;
-  LoraIds lora_in, lora_out;  // LoRA adapters of in_proj / out_proj (--lora-target-modules in_proj out_proj; TP 1)
+  LoraIds lora_in, lora_out;  // LoRA adapters of in_proj / out_proj (--lora-target-modules in_proj out_proj)
   bool defined() const { return in_proj >= 0; }
   std::vector<int> all() const;
 };
 
 // `part` null: TP 1; else the parameters split over part->tp as above. With c.lora.in_proj /
-// out_proj (TP 1 only: in_proj's six sections would need a split of their own) the projections
+// out_proj (CP 1; at TP > 1 in_proj's lora_B splits per section as in_proj, its lora_A is replicated
+// and its input gradient reduced as in_proj's; out_proj's lora_A splits by columns, its partial
+// output reduced as out_proj's) the projections
 // gain LoRA adapters under peft's names ("...in_proj.lora_A.default.weight"); the rest is frozen.
 GdnParamIds register_gdn_params(ParamBuffer& pb, const ModelConfig& c, int64_t layer,
                                 const ModelPartition* part = nullptr);

@@ -34,8 +34,8 @@ Status validate_lora_args(Arguments& a, const ArgParser& p) {
   if (l.lora_alpha <= 0) return InvalidArgument("--lora-alpha: expected a positive integer, found ", l.lora_alpha);
   for (const std::string& t : l.lora_target_modules) {
     // Megatron-Core's GatedDeltaNet projections: a GDN model's only (a hybrid model takes no LoRA;
-    // Mamba's in_proj / out_proj are not adapted), at TP 1 and CP 1 (in_proj's six sections would
-    // need a split of their own).
+    // Mamba's in_proj / out_proj are not adapted), at any TP (in_proj's lora_B split per section as
+    // in_proj) and CP 1 (the adapters do not follow the mixer's context-parallel all-to-alls).
     if (t == "in_proj" || t == "out_proj") {
       if (a.model.experimental_attention_variant == "gdn2")
         return Unimplemented("--lora-target-modules ", t, " with --experimental-attention-variant gdn2: not supported "
@@ -43,11 +43,10 @@ Status validate_lora_args(Arguments& a, const ArgParser& p) {
       if (a.model.experimental_attention_variant != "gdn" && a.model.experimental_attention_variant != "gated_delta_net")
         return InvalidArgument("--lora-target-modules ", t, ": expected a Gated DeltaNet model (--experimental-"
                                "attention-variant gdn; the GDN mixer's projection), found none");
-      if (a.parallel.tensor_model_parallel_size > 1 || a.parallel.context_parallel_size > 1)
-        return Unimplemented("--lora-target-modules ", t, " with --tensor-model-parallel-size ",
-                             a.parallel.tensor_model_parallel_size, " and --context-parallel-size ",
-                             a.parallel.context_parallel_size, ": not supported yet (expected 1 and 1: the adapters "
-                             "of the Gated DeltaNet projections are not split)");
+      if (a.parallel.context_parallel_size > 1)
+        return Unimplemented("--lora-target-modules ", t, " with --context-parallel-size ",
+                             a.parallel.context_parallel_size, ": not supported yet (expected 1: the adapters of the "
+                             "Gated DeltaNet projections do not follow its context-parallel all-to-alls)");
     }
     bool known = false;
     for (const char* k : kLoraTargets) known = known || t == k;

@@ -575,17 +575,16 @@ Status refuse_variant_conversion(const ModelArgs& m, const std::string& where) {
   if (m.is_hybrid_model && m.hybrid_override_pattern.find(kHybridGatedDeltaNet) != std::string::npos)
     return Unimplemented(where, ": a hybrid model with Gated DeltaNet layers ('G' in hybrid_override_pattern '",
                          m.hybrid_override_pattern, "'): conversion to or from Megatron's and Hugging Face's formats "
-                         "is not supported yet (Megatron-Core splits the GDN in_proj per section over TP)");
-  if (v == "gdn2")  // no Hugging Face architecture holds it, and Megatron's formats refuse GDN models here
+                         "is not supported yet (Gale reads and writes Megatron's GPT models, not its hybrid "
+                         "MambaModel; a GPT model with --experimental-attention-variant gdn converts)");
+  if (v == "gdn2")  // no Hugging Face architecture holds it (Megatron's torch format does: megatron_gdn_names.h)
     return Unimplemented(where, ": a Gated DeltaNet-2 model (args 'experimental_attention_variant' \"gdn2\"): "
-                         "conversion to or from Megatron's and Hugging Face's formats is not supported yet");
-  // DSA converts both ways: Hugging Face's DeepseekV32ForCausalLM (train/hf_deepseek_v32.h) and
-  // Megatron's formats (train/megatron_mla_names.h, the indexer under core_attention).
-  if (v != "gdn") return Status::Ok();
-  // Hugging Face's Qwen3-Next converts both ways (train/hf_weights.h); Megatron's formats do not
-  return Unimplemented(where, ": a Gated DeltaNet model (args 'experimental_attention_variant' \"gdn\"): conversion "
-                       "to or from Megatron's format is not supported yet (Qwen3NextForCausalLM converts to and "
-                       "from Hugging Face)");
+                         "conversion to or from Hugging Face's format is not supported yet (no Hugging Face "
+                         "architecture holds it; Megatron's torch format does)");
+  // Gated DeltaNet converts (Hugging Face's Qwen3-Next, Megatron's torch format), and so does DSA
+  // (Hugging Face's DeepseekV32ForCausalLM, train/hf_deepseek_v32.h; Megatron's formats,
+  // train/megatron_mla_names.h, the indexer under core_attention).
+  return Status::Ok();
 }
 
 namespace {

@@ -39,11 +39,11 @@ nlohmann::json model_flags_json(const ModelArgs& m);
 // recorded them) are InvalidArgument naming the missing key.
 StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::string& where);
 
-// Unimplemented for a Gated DeltaNet model (`where`: the checkpoint
-// whose args `m` are): converting a Gated DeltaNet model to or from Megatron's formats (it is Hugging
-// Face's Qwen3NextForCausalLM) or a Gated DeltaNet-2 model to any format is not supported yet; so is a
-// hybrid model with Gated DeltaNet layers ('G'), in every format. Ok otherwise (DeepSeek sparse
-// attention converts to both).
+// Unimplemented for a Gated DeltaNet-2 model converted to or from Hugging Face's format (`where`: the
+// checkpoint whose args `m` are; no Hugging Face architecture holds it) and for a hybrid model with
+// Gated DeltaNet layers ('G'), in every format. Ok otherwise: a Gated DeltaNet model is Hugging Face's
+// Qwen3NextForCausalLM, Megatron's torch format holds GDN and GDN2 models (train/megatron_gdn_names.h's
+// refuse_megatron_variant), and DeepSeek sparse attention converts to both.
 Status refuse_variant_conversion(const ModelArgs& m, const std::string& where);
 
 // The MoE flags that shape the model (num_experts, moe_router_topk, moe_ffn_hidden_size,

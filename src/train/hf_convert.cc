@@ -19,6 +19,7 @@
 #include "train/hf_weights.h"
 #include "train/lora_merge.h"
 #include "train/megatron_checkpoint.h"
+#include "train/megatron_gdn_names.h"
 #include "train/model_setup.h"
 
 namespace gale {
@@ -350,7 +351,7 @@ Status convert_megatron(const MegatronConvertOptions& o, const ConvertLog& log) 
     GALE_ASSIGN_OR_RETURN(HfFiles hf, HfFiles::open(o.load_dir));
     GALE_ASSIGN_OR_RETURN(HfModel m, hf_model_from_config(hf.config(), hf.config_path(), o.make_vocab_size_divisible_by,
                                                           o.target_tensor_parallel_size));
-    GALE_RETURN_IF_ERROR(refuse_variant_conversion(m.model, hf.config_path()));  // Qwen3-Next's Gated DeltaNet
+    GALE_RETURN_IF_ERROR(refuse_megatron_variant(m.model, hf.config_path()));  // Qwen3-Next: GDN converts
     if (m.mtp_layers > 0)
       return Unimplemented(o.load_dir, ": a ", hf_architecture_name(m.arch),
                            " model with multi-token prediction: writing it to Megatron's format is not supported yet");
@@ -367,7 +368,7 @@ Status convert_megatron(const MegatronConvertOptions& o, const ConvertLog& log) 
     const std::string where = r.directory() + "/metadata.json";
     GALE_ASSIGN_OR_RETURN(nlohmann::json args, r.section("args"));
     GALE_ASSIGN_OR_RETURN(model, model_args_from_json(args, where));
-    GALE_RETURN_IF_ERROR(refuse_variant_conversion(model, where));
+    GALE_RETURN_IF_ERROR(refuse_megatron_variant(model, where));
     GALE_ASSIGN_OR_RETURN(so.moe, moe_args_from_json(args, where, model.num_layers));
     for (const std::string& name : r.tensor_names()) {
       if (!is_model_tensor(name)) continue;

@@ -19,6 +19,7 @@
 #include "comm/communicator.h"
 #include "train/checkpoint_args.h"
 #include "train/megatron_dist_checkpoint.h"
+#include "train/megatron_gdn_names.h"
 #include "train/megatron_mla_names.h"
 #include "train/megatron_moe_names.h"
 #include "train/megatron_mtp_names.h"
@@ -63,17 +64,19 @@ std::string local_name(const std::string& rest) {
 
 // A torch-format name whose layers are numbered from `offset` -> Gale's: the global layer number and
 // the local spec's norm names (those of an MTP layer's inner transformer_layer too, Megatron main's
-// mtp_model_layer read as transformer_layer).
-std::string gale_name_of(const std::string& name, int64_t offset) {
+// mtp_model_layer read as transformer_layer). `te_names`: Transformer Engine's fused norm names kept
+// (a Gated DeltaNet model's layers, which Gale names as Megatron does: train/megatron_gdn_names.h).
+std::string gale_name_te(const std::string& name, int64_t offset, bool te_names) {
   int64_t i;
   std::string rest;
-  if (layer_of(name, &i, &rest)) return str_cat("decoder.layers.", offset + i, ".", local_name(rest));
+  if (layer_of(name, &i, &rest)) return str_cat("decoder.layers.", offset + i, ".", te_names ? rest : local_name(rest));
   static const std::string kInner = "transformer_layer.";
   if (megatron_mtp_layer_of(name, &i, &rest))
     return rest.rfind(kInner, 0) == 0 ? str_cat("mtp.layers.", i, ".", kInner, local_name(rest.substr(kInner.size())))
                                       : str_cat("mtp.layers.", i, ".", rest);
   return name;
 }
+std::string gale_name_of(const std::string& name, int64_t offset) { return gale_name_te(name, offset, false); }
 
 // Megatron's optimizer state tensors (torch-format names) -> Gale's names in m.optimizer; the fp32
 // master copies replace the model weights in m.tensors.
@@ -112,9 +115,10 @@ Status take_optimizer_state(MegatronOptimizerState o, MegatronCheckpoint& m) {
 }
 
 // Whether Gale's GPT model has a place for `name` (a merged, global name) whose TP layout megatron_split_of
-// knows: dense and MoE layers (train/megatron_moe_names.h), with `mla` multi-latent attention's too;
-// anything else (Mamba, ...) would be merged wrongly or dropped silently.
-bool known_tensor(const std::string& name, bool mla) {
+// knows: dense and MoE layers (train/megatron_moe_names.h), with `mla` multi-latent attention's too,
+// with `gdn` Gated DeltaNet's (train/megatron_gdn_names.h); anything else (Mamba, ...) would be merged
+// wrongly or dropped silently.
+bool known_tensor(const std::string& name, bool mla, bool gdn = false) {
   static const std::set<std::string> kTop = {"embedding.word_embeddings.weight", "embedding.position_embeddings.weight",
                                              "decoder.final_layernorm.weight", "decoder.final_layernorm.bias",
                                              "output_layer.weight"};
@@ -131,7 +135,8 @@ bool known_tensor(const std::string& name, bool mla) {
   if (megatron_mtp_layer_of(name, &i, &rest))
     return megatron_mtp_tensor(rest, [](const std::string& r) { return kLayer.count(r) > 0; });
   return layer_of(name, &i, &rest) &&
-         (kLayer.count(rest) || megatron_moe_tensor(rest) || (mla && megatron_mla_tensor(rest)));
+         (kLayer.count(rest) || megatron_moe_tensor(rest) || (mla && megatron_mla_tensor(rest)) ||
+          (gdn && megatron_gdn_tensor(rest)));
 }
 
 StatusOr<std::string> read_text(const std::string& path) {
@@ -202,7 +207,8 @@ nlohmann::json args_json(const PyValue* args) {
       case PyValue::kString: j[k->s] = v->s; break;
       case PyValue::kList:
       case PyValue::kTuple:
-        if ((k->s == "no_rope_freq" || k->s == "window_size" || k->s == "window_attn_skip_freq") &&
+        if ((k->s == "no_rope_freq" || k->s == "window_size" || k->s == "window_attn_skip_freq" ||
+             k->s == "linear_attention_freq") &&
             std::all_of(v->items.begin(), v->items.end(), [](const PyRef& x) { return x->kind == PyValue::kInt; })) {
           nlohmann::json list = nlohmann::json::array();
           for (const PyRef& x : v->items) list.push_back(x->i);
@@ -386,6 +392,13 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
   // A gated fc1 ([gate; linear half] per TP rank): --swiglu or --quick-geglu.
   const bool swiglu = m.args.value("swiglu", false) || m.args.value("quick_geglu", false),
              mla = m.args.value("multi_latent_attention", false);
+  // A Gated DeltaNet model: its mixers' sizes (their in_proj / conv1d sections split over TP).
+  GALE_ASSIGN_OR_RETURN(const std::optional<MegatronGdnSizes> gdn, megatron_gdn_sizes(m.args, first_path + " (args)"));
+  if (dist) GALE_RETURN_IF_ERROR(refuse_megatron_gdn_dist(gdn, checkpoint_format_name(format), m.directory));
+  if (gdn && with_optimizer)
+    return Unimplemented(first_path, ": Megatron's optimizer state of a Gated DeltaNet model in the torch format: not "
+                         "supported yet; pass --no-load-optim (or --finetune) to load the model weights and iteration "
+                         "only");
   // Global layer numbers: chunk-major, then stage, each numbering its layers from 0.
   int64_t offset = 0;
   for (int64_t v = 0; v < m.virtual_chunks; ++v) {
@@ -412,8 +425,8 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
         if (ends_with(name, "_extra_state")) continue;
         if (val->kind != PyValue::kTensor)
           return DataLoss(where, ": '", name, "' in '", key, "': expected a tensor, found ", val->type_name());
-        name = gale_name_of(name, offset);
-        if (!known_tensor(name, mla))
+        name = gale_name_te(name, offset, gdn.has_value());
+        if (!known_tensor(name, mla, gdn.has_value()))
           return Unimplemented(where, ": tensor '", k->s, "' in '", key, "' has no place in Gale's GPT model "
                                "(other Megatron layers in this format: not supported yet)");
         std::vector<Tensor> parts;
@@ -424,7 +437,11 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
                             x ? x->type_name() : std::string("none"));
           parts.push_back(x->data);
         }
-        GALE_ASSIGN_OR_RETURN(Tensor whole, megatron_merge_tp(parts, megatron_split_of(name, swiglu), k->s, where));
+        int64_t layer;
+        std::string rest;
+        const bool gdn_mixer = gdn && layer_of(name, &layer, &rest) && megatron_gdn_mixer_tensor(rest);
+        GALE_ASSIGN_OR_RETURN(Tensor whole, gdn_mixer ? megatron_gdn_merge_tp(rest, parts, *gdn, where)
+                                                      : megatron_merge_tp(parts, megatron_split_of(name, swiglu), k->s, where));
         if (!m.tensors.count(name)) m.tensors.emplace(name, std::move(whole));  // tied copies: the first
       }
       offset += layers;
@@ -464,7 +481,7 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
   }
   if (optimizer) GALE_RETURN_IF_ERROR(take_optimizer_state(std::move(*optimizer), m));
   GALE_ASSIGN_OR_RETURN(m.model, model_args_from_json(a, where));
-  GALE_RETURN_IF_ERROR(refuse_variant_conversion(m.model, where));
+  GALE_RETURN_IF_ERROR(refuse_megatron_variant(m.model, where));
   GALE_ASSIGN_OR_RETURN(m.moe, megatron_moe_args(a, where, m.model.num_layers));
   GALE_RETURN_IF_ERROR(check_megatron_experts(m.tensors, m.moe, m.model.num_layers, m.directory));
   m.model.padded_vocab_size = emb->second.shape()[0];
@@ -602,6 +619,11 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
   GALE_RETURN_IF_ERROR(check_megatron_moe_target(o.moe, tp, ep));
   const int64_t local_experts = o.moe.enabled() ? o.moe.num_experts / ep : 0;
   if (model.multi_latent_attention) GALE_RETURN_IF_ERROR(check_megatron_mla_tp(model, tp));
+  GALE_RETURN_IF_ERROR(refuse_megatron_variant(model, o.save_dir));
+  const std::optional<MegatronGdnSizes> gdn = megatron_gdn_sizes_of(model);
+  if (gdn && (gdn->NK % tp || gdn->NV % tp))
+    return InvalidArgument("--target-tensor-parallel-size ", tp, ": expected it to divide the Gated DeltaNet key heads (",
+                           gdn->NK, ") and value heads (", gdn->NV, ")");
   const int64_t vocab = o.vocab_size > 0 ? o.vocab_size : model.padded_vocab_size;
   const int64_t padded = pad_vocab_size(vocab, model.make_vocab_size_divisible_by, tp);
   const int64_t per_stage = model.num_layers / pp;
@@ -696,6 +718,7 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
   set_bool("bf16", false);
   ns->set("params_dtype", PyValue::global("torch.float32"));
   add_megatron_moe_args(o.moe, tp, ep, *ns);
+  if (gdn) megatron_gdn_args(model, *ns);  // and transformer_impl "transformer_engine"
   // Megatron's MTP args (None without: it builds no MTP block); the layers are on the last stage.
   ns->set("mtp_num_layers", mtp_layers > 0 ? PyValue::integer(mtp_layers) : PyValue::none());
   ns->set("mtp_loss_scaling_factor", PyValue::real(model.mtp_loss_scaling_factor));
@@ -743,9 +766,14 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
         } else {
           return Unimplemented("tensor '", name, "' has no place in Megatron-Core's GPT model (not supported yet)");
         }
-        const MegatronSplit split =
-            megatron_mla_duplicated(model, name) ? MegatronSplit::kReplicated : megatron_split_of(name, swiglu);
-        GALE_ASSIGN_OR_RETURN(Tensor piece, megatron_cut_tp(w, split, tp, t, name));
+        Tensor piece;
+        if (gdn && megatron_gdn_mixer_tensor(rest)) {  // rest: the layer's (a layer tensor; else not a mixer name)
+          GALE_ASSIGN_OR_RETURN(piece, megatron_gdn_cut_tp(rest, w, *gdn, tp, t));
+        } else {
+          const MegatronSplit split =
+              megatron_mla_duplicated(model, name) ? MegatronSplit::kReplicated : megatron_split_of(name, swiglu);
+          GALE_ASSIGN_OR_RETURN(piece, megatron_cut_tp(w, split, tp, t, name));
+        }
         sd->set(local, PyValue::tensor(piece.sole_owner() ? piece : piece.clone()));
       }
       // Megatron's parallel linear layers save an `_extra_state` of None (kept for Transformer
@@ -758,6 +786,11 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
           const std::vector<std::string> mla_linears = megatron_mla_linears(model);
           linears.erase(linears.begin(), linears.begin() + 2);
           linears.insert(linears.begin(), mla_linears.begin(), mla_linears.end());
+        }
+        if (gdn && model.linear_attention_pattern.at(static_cast<size_t>(global)) != 0) {  // GDN: in_proj, out_proj
+          const std::vector<std::string> gdn_linears = megatron_gdn_linears();
+          linears.erase(linears.begin(), linears.begin() + 2);
+          linears.insert(linears.begin(), gdn_linears.begin(), gdn_linears.end());
         }
         for (const std::string& linear : linears)
           sd->set(str_cat("decoder.layers.", i, ".", linear, "._extra_state"), PyValue::none());

@@ -22,7 +22,8 @@
 // experts, the router and its expert bias, shared experts) read as Gale's per-expert tensors with
 // global expert numbers, expert-parallel rank files mp_rank_TT[_PPP]_EEE merged
 // (train/megatron_moe_names.h). Multi-latent attention layers read and write with
-// train/megatron_mla_names.h's names and TP layouts.
+// train/megatron_mla_names.h's names and TP layouts. Gated DeltaNet (-2) GPT models read and write
+// in the torch format with train/megatron_gdn_names.h's per-section TP layout (torch_dist refused).
 #pragma once
 
 #include <cstdint>

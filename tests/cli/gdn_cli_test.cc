@@ -184,9 +184,9 @@ TEST(GalePretrainGdn, GenerateAndEvaluateLoadTheCheckpoint) {
 // LoRA on a GDN model (MindSpeed-LLM's flags; adapters on the GDN mixers' in_proj / out_proj, the
 // attention layers' linear_qkv / linear_proj and every MLP: tests/model/gdn_lora_test.cc): a
 // fine-tuning run from a base checkpoint trains and saves the adapters only; with the four
-// MindSpeed-LLM linears TP 2 gives the one-process losses; gale generate / evaluate --lora-load merge
-// them at load (a perplexity other than the base's, the same with the flags repeated); the GDN
-// projections' adapters at TP 2 are refused in one line.
+// six targets TP 2 (with and without SP) gives the one-process losses; gale generate / evaluate
+// --lora-load merge them at load (a perplexity other than the base's, the same with the flags
+// repeated); the GDN projections' adapters at CP 2 are refused in one line.
 TEST(GalePretrainGdn, LoraFineTuningSavesAdaptersThatGenerateAndEvaluateMerge) {
   const std::string dir = "/tmp/gale_gdn_lora_" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
@@ -195,7 +195,6 @@ TEST(GalePretrainGdn, LoraFineTuningSavesAdaptersThatGenerateAndEvaluateMerge) {
   ASSERT_EQ(base.exit_code, 0) << base.output;
   const std::vector<std::string> lora = {"--lora-r", "4", "--lora-alpha", "8", "--lora-target-modules", "linear_qkv",
                                          "linear_proj", "linear_fc1", "linear_fc2", "in_proj", "out_proj"};
-  const std::vector<std::string> lora4(lora.begin(), lora.end() - 2);  // without the GDN projections
   std::vector<std::string> tune = {"--linear-attention-freq", "2", "--load", dir + "/base", "--finetune", "--save",
                                    dir + "/lora", "--save-interval", "12"};
   tune.insert(tune.end(), lora.begin(), lora.end());
@@ -204,19 +203,27 @@ TEST(GalePretrainGdn, LoraFineTuningSavesAdaptersThatGenerateAndEvaluateMerge) {
   const std::vector<double> lm = logged_values(tuned.output, "lm loss");
   ASSERT_EQ(lm.size(), 12u) << tuned.output;
   for (double l : lm) EXPECT_TRUE(std::isfinite(l)) << tuned.output;
-  // The four MindSpeed-LLM linears at TP 2 (the base resharded at load, the adapters split as the
-  // linears): one process's losses.
+  // All six targets at TP 2, with and without SP (the base resharded at load, the adapters split as
+  // their linears: in_proj's lora_B per section, out_proj's lora_A by columns): one process's losses.
   std::vector<std::string> tune1(tune.begin(), tune.begin() + 5);  // the model, --load, --finetune
-  tune1.insert(tune1.end(), lora4.begin(), lora4.end());
+  tune1.insert(tune1.end(), lora.begin(), lora.end());
   std::vector<std::string> tune_tp = tune1;
   tune_tp.insert(tune_tp.end(), {"--tensor-model-parallel-size", "2", "--make-vocab-size-divisible-by", "64"});
-  const test::RunResult one = run(1, tune1, "6"), tp = run(2, tune_tp, "6");
+  std::vector<std::string> tune_sp = tune_tp;
+  tune_sp.insert(tune_sp.end(), {"--sequence-parallel", "--save", dir + "/lora_sp", "--save-interval", "6"});
+  tune1.insert(tune1.end(), {"--save", dir + "/lora1", "--save-interval", "6"});
+  const test::RunResult one = run(1, tune1, "6");
   ASSERT_EQ(one.exit_code, 0) << one.output;
-  ASSERT_EQ(tp.exit_code, 0) << tp.output;
-  const std::vector<double> l1 = logged_values(one.output, "lm loss"), lt = logged_values(tp.output, "lm loss");
+  const std::vector<double> l1 = logged_values(one.output, "lm loss");
   ASSERT_EQ(l1.size(), 6u) << one.output;
-  ASSERT_EQ(lt.size(), 6u) << tp.output;
-  for (size_t i = 0; i < lt.size(); ++i) EXPECT_NEAR(lt[i], l1[i], 1e-5 * l1[i]) << "TP 2, iteration " << i + 1;
+  EXPECT_NE(l1[0], l1[5]);
+  for (const auto& [what, flags] : {std::pair{"TP 2", tune_tp}, std::pair{"TP 2 + SP", tune_sp}}) {
+    const test::RunResult tp = run(2, flags, "6");
+    ASSERT_EQ(tp.exit_code, 0) << tp.output;
+    const std::vector<double> lt = logged_values(tp.output, "lm loss");
+    ASSERT_EQ(lt.size(), 6u) << tp.output;
+    for (size_t i = 0; i < lt.size(); ++i) EXPECT_NEAR(lt[i], l1[i], 1e-5 * l1[i]) << what << ", iteration " << i + 1;
+  }
   // The adapter checkpoint holds lora_A / lora_B only: no GDN tensor.
   const StatusOr<SafetensorsFile> shard = SafetensorsFile::open(dir + "/lora/iter_0000012/shard_00000.safetensors");
   ASSERT_TRUE(shard.ok()) << shard.status().to_string();
@@ -256,12 +263,23 @@ TEST(GalePretrainGdn, LoraFineTuningSavesAdaptersThatGenerateAndEvaluateMerge) {
   EXPECT_FALSE(adapted.empty());
   EXPECT_EQ(adapted, again);
   EXPECT_NE(adapted, plain) << "the merged adapters change the model";
+  // The adapters saved at TP 2 + SP (in_proj's lora_B gathered per section) are the TP 1 run's: merged
+  // into the base they give its perplexity.
+  auto adapters = [&](const std::string& d) {
+    std::vector<std::string> a = {"--lora-load", d};
+    a.insert(a.end(), lora.begin(), lora.end());
+    return std::stod(ppl_of(a));
+  };
+  const double from_one = adapters(dir + "/lora1"), from_sp = adapters(dir + "/lora_sp");
+  EXPECT_NE(from_one, std::stod(plain));
+  EXPECT_NEAR(from_sp, from_one, 1e-5 * from_one);
   // The GDN projections' adapters under TP: refused, naming the module.
   const test::RunResult in_proj = run(2, {"--linear-attention-freq", "2", "--lora-target-modules", "in_proj",
-                                          "--tensor-model-parallel-size", "2"}, "1");
+                                          "--context-parallel-size", "2"}, "1");
   EXPECT_NE(in_proj.exit_code, 0);
-  EXPECT_NE(in_proj.output.find("--lora-target-modules in_proj with --tensor-model-parallel-size 2 and "
-                                "--context-parallel-size 1: not supported yet"),
+  EXPECT_NE(in_proj.output.find("--lora-target-modules in_proj with --context-parallel-size 2: not supported yet "
+                                "(expected 1: the adapters of the Gated DeltaNet projections do not follow its "
+                                "context-parallel all-to-alls)"),
             std::string::npos)
       << in_proj.output;
   std::filesystem::remove_all(dir);

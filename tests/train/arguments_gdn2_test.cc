@@ -168,8 +168,8 @@ TEST(ArgumentsGdn2, ConversionIsRefused) {
   const Status s = refuse_variant_conversion(gdn2_args(), "ckpt/metadata.json");
   EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
   EXPECT_NE(s.message().find("ckpt/metadata.json: a Gated DeltaNet-2 model (args 'experimental_attention_variant' "
-                             "\"gdn2\"): conversion to or from Megatron's and Hugging Face's formats is not supported "
-                             "yet"),
+                             "\"gdn2\"): conversion to or from Hugging Face's format is not supported yet (no "
+                             "Hugging Face architecture holds it; Megatron's torch format does)"),
             std::string::npos)
       << s.to_string();
 }
