@@ -7,6 +7,7 @@
 
 #include "core/tensor.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/logit_softcap.h"
 
 namespace gale {
 
@@ -64,6 +65,10 @@ void lm_head_loss_forward_ref(const LmHeadProblem& p, float* slice_max, float* s
   Tensor logits = Tensor::empty({p.T, p.Vl});
   p.gemm(false, true, p.T, p.Vl, p.H, 1.0f, p.x, p.H, p.W, p.H, 0.0f, logits.data<float>(), p.Vl);
   if (p.bf16_logits) round_to_bf16(logits.data<float>(), p.T * p.Vl);  // --output-logit-dtype bf16
+  if (p.logit_softcap > 0.0f) {  // --output-logit-softcapping (in the logits' dtype)
+    softcap_inplace(logits.data<float>(), p.T * p.Vl, p.logit_softcap);
+    if (p.bf16_logits) round_to_bf16(logits.data<float>(), p.T * p.Vl);
+  }
   ce_row_max(logits.data<float>(), p.T, p.Vl, slice_max);
   ce_sumexp_and_target(logits.data<float>(), p.T, p.Vl, slice_max, p.targets, p.vocab_start, slice_sumexp,
                        target_logit);
@@ -76,7 +81,11 @@ void lm_head_loss_backward_ref(const LmHeadProblem& p, const float* lse, const f
   *saved = Tensor();
   // softmax = exp(logit − lse): the kernel's (max, sumexp) form with max = lse and sumexp = 1.
   std::vector<float> ones(static_cast<size_t>(p.T), 1.0f);
+  std::vector<float> capped;
+  if (p.logit_softcap > 0.0f) capped.assign(logits.data<float>(), logits.data<float>() + p.T * p.Vl);
   ce_backward_inplace(logits.data<float>(), p.T, p.Vl, lse, ones.data(), p.targets, p.vocab_start, dloss);
+  for (size_t e = 0; e < capped.size(); ++e)  // --output-logit-softcapping: d z = d capped · (1 − tanh²)
+    logits.data<float>()[e] = softcap_grad(logits.data<float>()[e], capped[e], p.logit_softcap);
   if (p.bf16_logits) round_to_bf16(logits.data<float>(), p.T * p.Vl);  // the gradient of bf16 logits
   if (dW) p.gemm(true, false, p.Vl, p.H, p.T, 1.0f, logits.data<float>(), p.Vl, p.x, p.H, 1.0f, dW, p.H);
   p.gemm(false, false, p.T, p.H, p.Vl, 1.0f, logits.data<float>(), p.Vl, p.W, p.H, 0.0f, dx, p.H);

@@ -100,6 +100,10 @@ struct LmHeadProblem {
   // them (upcast, as Megatron's cross entropy), and d logits rounded to bf16 before the two backward
   // products (the gradient of a bf16 tensor, cast to the GEMM's input dtype).
   bool bf16_logits = false;
+  // --output-logit-softcapping C (0: none): the logits z (after the bf16 rounding) become
+  // C·tanh(z / C) before the loss reads them; backward multiplies their gradient by 1 − tanh²(z / C)
+  // (kernels/cpu/logit_softcap.h).
+  float logit_softcap = 0.0f;
 };
 using LmHeadLossForwardFn = void (*)(const LmHeadProblem& p, float* slice_max, float* slice_sumexp,
                                      float* target_logit, Tensor* saved);

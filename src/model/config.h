@@ -438,6 +438,17 @@ struct ModelConfig {
   // --window-attn-skip-freq (Megatron): one entry per decoder layer, 1 where that layer's attention
   // has the window, 0 where it is full causal attention; empty: every layer has it (layer_window).
   std::vector<int> window_layers;
+  // Gemma-2 (MindSpeed-LLM's flags; 0 / false: off). --attn-logit-softcapping C: every attention
+  // score s = scale·q·k becomes C·tanh(s / C) before the masks and the softmax
+  // (AttentionProblem::softcap); --output-logit-softcapping C: the LM head's logits z become
+  // C·tanh(z / C) before the cross-entropy and sampling (LmHeadProblem::logit_softcap);
+  // --query-pre-attn-scalar N: softmax_scale() is 1/√N; --post-norm: every layer normalises its
+  // attention output and its MLP output (weights post_attn_norm / post_mlp_layernorm, the model's norm
+  // type and eps) before the bias, dropout and residual add.
+  float attn_logit_softcapping = 0.0f;
+  float output_logit_softcapping = 0.0f;
+  int64_t query_pre_attn_scalar = 0;
+  bool post_norm = false;
   float attention_dropout = 0.0f;
   float hidden_dropout = 0.0f;
   float init_std = 0.02f;
@@ -487,9 +498,11 @@ struct ModelConfig {
   // the padded width mla.attention_head_dim(), scaled by 1/sqrt(Dn + R); otherwise HD and KV groups.
   int64_t attention_head_dim() const { return mla.enabled ? mla.attention_head_dim() : head_dim; }
   int64_t attention_kv_heads() const { return mla.enabled ? heads : kv_heads; }
-  // MLA keeps its own scale (Megatron's MLA ignores config.softmax_scale); otherwise --use-mup's, or 1/√HD.
+  // MLA keeps its own scale (Megatron's MLA ignores config.softmax_scale); otherwise 1/√N with
+  // --query-pre-attn-scalar N, --use-mup's, or 1/√HD.
   float softmax_scale() const {
     if (mla.enabled) return mla.softmax_scale();
+    if (query_pre_attn_scalar > 0) return 1.0f / std::sqrt(static_cast<float>(query_pre_attn_scalar));
     return mup.softmax_scale > 0.0f ? mup.softmax_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
   }
   // The N(0, σ) of the word / position embeddings and an untied output layer (--use-mup: unscaled).

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/allocator.h"
+#include "kernels/cpu/logit_softcap.h"
 #include "kernels/flop_counter.h"
 #include "model/core_attention.h"
 #include "model/linear.h"
@@ -28,6 +29,15 @@ void round_logits(const ModelConfig& c, Tensor& t) {
   if (!c.bf16_logits) return;
   float* p = t.data<float>();
   for (int64_t i = 0; i < t.numel(); ++i) p[i] = bf16_to_float(float_to_bf16(p[i]));
+}
+
+// The logits as the loss and sampling see them: rounded (--output-logit-dtype bf16), then soft-capped
+// (--output-logit-softcapping C: C·tanh(z / C), rounded again), as LmHeadProblem's kernels do.
+void finish_logits(const ModelConfig& c, Tensor& t) {
+  round_logits(c, t);
+  if (c.output_logit_softcapping <= 0.0f) return;
+  softcap_inplace(t.data<float>(), t.numel(), c.output_logit_softcapping);
+  round_logits(c, t);
 }
 
 // What one MTP layer keeps for backward (one micro-batch).
@@ -375,7 +385,8 @@ void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training, KvC
     ap.q_positions = st.mb.seq_positions.data();
   }
   ap.HD = c.attention_head_dim();
-  ap.scale = c.softmax_scale();
+  ap.scale = c.softmax_scale();  // --query-pre-attn-scalar N: 1/√N
+  ap.softcap = c.attn_logit_softcapping;  // --attn-logit-softcapping
   ap.causal = true;
   ap.window = c.sliding_window;  // each layer sets its own (ModelConfig::layer_window)
   ap.alibi_slopes = alibi_slopes_.empty() ? nullptr : alibi_slopes_.data();
@@ -498,6 +509,7 @@ double GPTModel::output_loss_forward(const Tensor& y_full, const std::vector<int
   const int64_t tp = part_.tp_size(), Vl = c.vocab / tp;
   LmHeadProblem p{T, H, Vl, part_.tp_rank() * Vl, y_full.data<float>(), params_.param_data(output_w_),
                   labels.data(), tp == 1, nullptr, nullptr, ops_->gemm, c.bf16_logits};
+  p.logit_softcap = c.output_logit_softcapping;  // --output-logit-softcapping
   // With one vocabulary slice and the loss gradient known now, a fused head may finish its
   // backward here (schedules.h's loss scale).
   std::vector<float> dloss;
@@ -554,6 +566,7 @@ Tensor GPTModel::output_loss_backward(const Tensor& y_full, const std::vector<in
   for (int64_t t = 0; t < T; ++t) dloss[t] = dloss_scale * mask[t];
   LmHeadProblem p{T, H, Vl, part_.tp_rank() * Vl, y_full.data<float>(), params_.param_data(output_w_),
                   labels.data(), tp == 1, nullptr, nullptr, ops_->gemm, c.bf16_logits};
+  p.logit_softcap = c.output_logit_softcapping;  // --output-logit-softcapping
   Tensor d_y = Tensor::empty({T, H});
   // dW is null for a frozen output layer (LoRA): no weight-gradient GEMM.
   ops_->lm_head_loss_backward(p, lse.data<float>(), dloss.data(), d_y.data<float>(), params_.grad_data(output_w_),
@@ -585,9 +598,12 @@ void GPTModel::head_forward(State& st, const Tensor& x_in, LossSums* loss, bool 
     logits = Tensor::empty({T, Vl});
     ops_->gemm(false, true, T, Vl, H, 1.0f, y_full.data<float>(), H, params_.param_data(output_w_), H, 0.0f,
                logits.data<float>(), Vl);
-    round_logits(config_, logits);
+    finish_logits(config_, logits);
   }
   if (hooked) {
+    GALE_CHECK(config_.output_logit_softcapping <= 0.0f)
+        << "--output-logit-softcapping with offline logits distillation: not supported yet (the hook's logit "
+           "gradient does not go through the cap)";
     GALE_CHECK(distill_.teacher == nullptr && !part_.tp2d()) << "offline distillation: no QAD, no 2-D tensor parallelism";
     hooked_result = logits_hook_->training_logits(st.mb, logits, st.mask_sb, part_.tp_rank() * (config_.vocab / part_.tp_size()));
   }
@@ -667,6 +683,9 @@ Tensor GPTModel::distillation_forward(const State& st, const Tensor& y_full) {
   // The student's logits [T, Vl] (row t = s·B + b): the output layer's GEMM the fused head runs.
   Tensor student = linear_forward(
       y_full, LinearWeight{params_.param_data(output_w_), nullptr, nullptr, nullptr, Vl, H, ops_->gemm});
+  GALE_CHECK(c.output_logit_softcapping <= 0.0f)
+      << "--output-logit-softcapping with QAD distillation: not supported yet (the KL gradient does not go "
+         "through the cap)";
   round_logits(c, student);
   // The teacher's, [B, S, V] sample-major over the whole vocabulary (gathered over TP): token
   // t = s·B + b is its row b·S + s, this rank's columns from tp_rank·Vl.
@@ -1043,7 +1062,7 @@ Tensor GPTModel::forward_logits(const MicroBatch& mb_in, const Tensor& input, Kv
   Tensor stats;
   Tensor y_full = times(final_norm_forward(whole_hidden(x), &stats), c.mup.output_mult);  // --use-mup
   Tensor local = linear_forward(y_full, LinearWeight{params_.param_data(output_w_), nullptr, nullptr, nullptr, Vl, H, ops_->gemm});
-  round_logits(c, local);
+  finish_logits(c, local);
   // Gather the vocabulary slices: [TP, T, Vl] -> [B, S, V].
   Tensor slices = tp > 1 ? Tensor::empty({tp, T, Vl}) : local.view({1, T, Vl});
   if (tp > 1) part_.tp->all_gather(local.raw(), slices.raw(), local.numel(), DType::kF32);
@@ -1094,7 +1113,7 @@ void GPTModel::forward_ragged_rows(const std::vector<int32_t>& tokens, RaggedKvB
   *logits = linear_forward(times(picked, c.mup.output_mult),  // --use-mup's output multiplier
                            LinearWeight{params_.param_data(output_w_), nullptr, nullptr, nullptr, c.vocab, H,
                                         ops_->gemm});
-  round_logits(c, *logits);  // --output-logit-dtype bf16
+  finish_logits(c, *logits);  // --output-logit-dtype bf16
 }
 
 Tensor GPTModel::forward_logits_ragged(const std::vector<int32_t>& tokens, RaggedKvBatch& batch) {
@@ -1137,7 +1156,7 @@ void GPTModel::mtp_single_position(int64_t k, const Tensor& h, const std::vector
   *logits = linear_forward(times(*h_out, c.mup.output_mult),  // --use-mup: Megatron scales the MTP logits too
                            LinearWeight{params_.param_data(output_w_), nullptr, nullptr, nullptr, c.vocab, c.hidden,
                                         ops_->gemm});
-  round_logits(c, *logits);  // --output-logit-dtype bf16, as the MTP heads' training logits
+  finish_logits(c, *logits);  // --output-logit-dtype bf16, as the MTP heads' training logits
 }
 
 std::vector<std::pair<int64_t, MoeParamIds*>> GPTModel::enable_expert_placement() {

@@ -77,6 +77,21 @@ Tensor norm_forward(const LayerRuntime& rt, const ParamBuffer& pb, int w, int b,
   return y;
 }
 
+// --post-norm's backward: d of the norm's input [rows, H] from dy; accumulates the weight's (and
+// bias's) gradient and releases the saved input and statistics.
+Tensor post_norm_backward(const LayerRuntime& rt, ParamBuffer& pb, int w, int b, const Tensor& dy, Tensor& x,
+                          Tensor& stats) {
+  const ModelConfig& c = *rt.config;
+  GALE_CHECK(x.defined() && stats.defined()) << "--post-norm backward without its forward's input";
+  const int64_t rows = x.size(0);
+  Tensor dx = Tensor::empty(x.shape());
+  rt.ops->norm_backward(NormSpec{c.rms_norm, c.norm_eps}, dy.data<float>(), x.data<float>(), NormScale(c, pb, w).data(),
+                        stats.data<float>(), dx.data<float>(), pb.grad_data(w), b >= 0 ? pb.grad_data(b) : nullptr,
+                        rows, c.hidden);
+  x = stats = Tensor();
+  return dx;
+}
+
 DropoutSpec hidden_dropout(const LayerRuntime& rt, int64_t layer, int site) {
   DropoutSpec d;
   d.p = rt.training && rt.mhc_half == 0 ? rt.config->hidden_dropout : 0.0f;  // mHC: the module's dropout
@@ -287,10 +302,13 @@ uint64_t dropout_stream(uint64_t seed, int64_t layer, int site) {
 std::vector<int> LayerParamIds::all() const {
   std::vector<int> ids;
   for (int id : {norm1_w, norm1_b, linear_attn_w, linear_attn_b, qkv_w, qkv_b, q_norm_w, q_norm_b, k_norm_w, k_norm_b,
-                 softmax_offset, proj_w, proj_b, norm2_w, norm2_b, linear_mlp_w, linear_mlp_b, fc1_w, fc1_b, fc2_w, fc2_b})
+                 softmax_offset, proj_w, proj_b, post_attn_norm_w, post_attn_norm_b, norm2_w, norm2_b, linear_mlp_w,
+                 linear_mlp_b, fc1_w, fc1_b, fc2_w, fc2_b})
     if (id >= 0) ids.push_back(id);
   for (int id : moe.all()) ids.push_back(id);
   for (int id : shared.all()) ids.push_back(id);
+  for (int id : {post_mlp_norm_w, post_mlp_norm_b})  // --post-norm: registered after the MLP (dense or MoE)
+    if (id >= 0) ids.push_back(id);
   for (int id : mla.all()) ids.push_back(id);
   for (int id : mamba.all()) ids.push_back(id);
   for (int id : gdn.all()) ids.push_back(id);
@@ -382,6 +400,10 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
         b.sequence_parallel = part.sequence_parallel;
         w.proj_b = pb.add(b);
       }
+      if (c.post_norm) {  // --post-norm: Gemma-2's norm of the attention output (MindSpeed-LLM's post_attn_norm)
+        w.post_attn_norm_w = pb.add(norm_weight(c, layer_name(layer, "post_attn_norm.weight"), H, part));
+        if (ln) w.post_attn_norm_b = pb.add(norm_bias(layer_name(layer, "post_attn_norm.bias"), H, part));
+      }
     }
   }
   if (!has_mlp(c, layer)) return w;
@@ -406,6 +428,10 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
                                 part.tp_size() > 1 && etp == 1 && part.ep_size() == 1);
     if (c.moe.global_aux_loss_coeff > 0.0) w.moe.global_aux = std::make_shared<MoeGlobalAux>(c.moe.num_experts, part.moe_global_aux);
     w.shared = register_shared_expert_params(pb, c, part, layer);
+    if (c.post_norm) {  // --post-norm: the MoE output's norm
+      w.post_mlp_norm_w = pb.add(norm_weight(c, layer_name(layer, "post_mlp_layernorm.weight"), H, part));
+      if (ln) w.post_mlp_norm_b = pb.add(norm_bias(layer_name(layer, "post_mlp_layernorm.bias"), H, part));
+    }
     return w;
   }
   // SwiGLU fc1 holds [gate; up]: each half is split across TP ranks (2 blocks).
@@ -424,6 +450,10 @@ LayerParamIds register_layer_params(ParamBuffer& pb, const ModelConfig& c, const
     ParamSpec b = make_param_spec(layer_name(layer, "mlp.linear_fc2.bias"), {H}, InitKind::kZeros, 0, false);
     b.sequence_parallel = part.sequence_parallel;
     w.fc2_b = pb.add(b);
+  }
+  if (c.post_norm) {  // --post-norm: Gemma-2's norm of the MLP output (MindSpeed-LLM's post_mlp_layernorm)
+    w.post_mlp_norm_w = pb.add(norm_weight(c, layer_name(layer, "post_mlp_layernorm.weight"), H, part));
+    if (ln) w.post_mlp_norm_b = pb.add(norm_bias(layer_name(layer, "post_mlp_layernorm.bias"), H, part));
   }
   return w;
 }
@@ -541,6 +571,15 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
       ctx = to_gemm_input(ctx, gemm_dtype);
       proj = row_linear_forward(rt, pb, w.proj_w, w.lora_proj, ctx, &u_proj);  // [Tl, H]
     }
+    if (w.post_attn_norm_w >= 0) {  // --post-norm: the attention output normalised before its bias and the residual
+      Tensor stats;
+      Tensor normed = norm_forward(rt, pb, w.post_attn_norm_w, w.post_attn_norm_b, proj, &stats);
+      if (saved) {
+        saved->post_attn_in = proj;
+        saved->post_attn_stats = stats;
+      }
+      proj = normed;
+    }
     // x_mid = x_in + dropout(proj + b_proj), and norm2 of it, in one pass.
     x_mid = Tensor::empty({Tl, H});
     if (rt.mhc_half != 0) {  // mHC's attention half: the output with its bias (model/mhc_layer.h)
@@ -622,6 +661,15 @@ Tensor transformer_layer_forward(const LayerRuntime& rt, const ParamBuffer& pb, 
     act = activation_forward(rt, fc1_out.data<float>(), w.fc1_b >= 0 ? pb.param_data(w.fc1_b) : nullptr, T, Fl);
     fc2 = row_linear_forward(rt, pb, w.fc2_w, w.lora_fc2, act, &u_fc2);  // [Tl, H]
   }
+  if (w.post_mlp_norm_w >= 0) {  // --post-norm: the MLP output normalised before its bias and the residual
+    Tensor stats;
+    Tensor normed = norm_forward(rt, pb, w.post_mlp_norm_w, w.post_mlp_norm_b, fc2, &stats);
+    if (saved) {
+      saved->post_mlp_in = fc2;
+      saved->post_mlp_stats = stats;
+    }
+    fc2 = normed;
+  }
   Tensor x_out = Tensor::empty({Tl, H});
   if (rt.mhc_half != 0) {  // mHC's MLP half: the output with its bias (model/mhc_layer.h)
     if (w.fc2_b >= 0) add_bias_ref(fc2.data<float>(), pb.param_data(w.fc2_b), Tl, H);
@@ -685,6 +733,8 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
     Tensor d_fc2 = Tensor::empty({Tl, H});
     ops.bias_dropout_add_backward(d_out.data<float>(), d_fc2.data<float>(), grad_or_null(w.fc2_b), Tl, H,
                                   hidden_dropout(rt, layer, 2));
+    if (w.post_mlp_norm_w >= 0) d_fc2 = post_norm_backward(rt, pb, w.post_mlp_norm_w, w.post_mlp_norm_b, d_fc2,
+                                                           s.post_mlp_in, s.post_mlp_stats);
     Tensor d_norm2;
     if (w.moe.defined()) {  // the MoE MLP kept its own input (norm2's output)
       if (!s.moe.x.defined()) {  // --recompute-modules moe: rerun it (no aux losses or counts: forward's)
@@ -771,6 +821,8 @@ Tensor transformer_layer_backward(const LayerRuntime& rt, ParamBuffer& pb, const
   Tensor d_proj = Tensor::empty({Tl, H});
   ops.bias_dropout_add_backward(d_x_mid.data<float>(), d_proj.data<float>(), grad_or_null(w.proj_b), Tl, H,
                                 hidden_dropout(rt, layer, 1));
+  if (w.post_attn_norm_w >= 0) d_proj = post_norm_backward(rt, pb, w.post_attn_norm_w, w.post_attn_norm_b, d_proj,
+                                                           s.post_attn_in, s.post_attn_stats);
   Tensor d_norm1;
   if (w.gdn.defined()) {  // the GDN mixer in attention's place: [Tl, H]
     d_norm1 = gdn_backward(gdn_dims(rt), gdn_layer_weights(rt, pb, w.gdn), s.gdn, d_proj, S, B);

@@ -48,6 +48,10 @@ struct LayerParamIds {
   // --softmax-type learnable: self_attention.core_attention.softmax_offset [NH], one sink logit per
   // query head, split over TP with the heads (AttentionProblem::softmax_offset)
   int softmax_offset = -1;
+  // --post-norm (Gemma-2's sandwich norms, MindSpeed-LLM's names): post_attn_norm after linear_proj and
+  // post_mlp_layernorm after linear_fc2, [H] each (the model's norm type; biases with LayerNorm),
+  // replicated over TP like norm1/norm2 (with SP their gradient is all-reduced over TP).
+  int post_attn_norm_w = -1, post_attn_norm_b = -1, post_mlp_norm_w = -1, post_mlp_norm_b = -1;
   MlaParamIds mla;  // --multi-latent-attention: the latent projections instead of linear_qkv
   MoeParamIds moe;  // a MoE layer (config.moe.is_moe_layer): router and experts instead of fc1/fc2
   SharedExpertIds shared;  // a MoE layer's shared expert (--moe-shared-expert-intermediate-size)
@@ -91,6 +95,9 @@ struct LayerSaved {
   Tensor ctx;          // [T, NHl·HD], attention's output (bf16 when it is a bf16 GEMM's input)
   Tensor gate, ctx_ungated;  // --attention-output-gate: [T, NHl·HD] the gate before σ, attention's own output
   Tensor heads_out;    // --tp-2d (model/tp2d_layer.h): attention's output on its head split [T, NHa·HD]
+  // --post-norm: the post norms' inputs (linear_proj's / linear_fc2's output before the bias, [Tl, H])
+  // and their statistics
+  Tensor post_attn_in, post_attn_stats, post_mlp_in, post_mlp_stats;
   Tensor x_mid;        // [Tl, H]
   Tensor norm2_stats;  // like norm1_stats
   Tensor norm2_out;    // like norm1_out

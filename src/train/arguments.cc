@@ -39,6 +39,7 @@ void add_model_args(ArgParser& p, ModelArgs& a) {
         "sliding-window attention: a query at position i attends only the keys at positions i-W+1 .. i "
         "(Mistral's window; unset: full causal attention)");
   add_window_args(p, a);
+  add_gemma2_args(p, a);
   p.add("--alibi-fusion-attn-type", &a.alibi_fusion_attn_type,
         "ALiBi bias form of MindSpeed's fusion attention (pse type): Gale's bias is type 2, -m*(i-j) inside "
         "flash attention; 0 and 3 are refused");
@@ -878,6 +879,7 @@ Status validate_model_args(ModelArgs& m, const ArgParser& p) {
   }
   if (m.sliding_window != kUnset && m.sliding_window <= 0)
     return InvalidArgument("--sliding-window: expected a positive window (tokens), found ", m.sliding_window);
+  GALE_RETURN_IF_ERROR(validate_gemma2_args(m));
   GALE_RETURN_IF_ERROR(validate_window_args(m));
   if (!(m.norm_epsilon > 0.0)) return InvalidArgument("--norm-epsilon: expected a positive number, found ", m.norm_epsilon);
   GALE_RETURN_IF_ERROR(in_unit_interval(m.attention_dropout, "--attention-dropout"));
@@ -1166,6 +1168,7 @@ Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t worl
   GALE_RETURN_IF_ERROR(validate_mtp_args(a));
   GALE_RETURN_IF_ERROR(validate_attention_output_gate(a));
   GALE_RETURN_IF_ERROR(validate_qk_l2_norm(a));
+  GALE_RETURN_IF_ERROR(validate_gemma2_combinations(a));
   GALE_RETURN_IF_ERROR(validate_glu_moe_args(a));
   GALE_RETURN_IF_ERROR(validate_softmax_type(a));
   GALE_RETURN_IF_ERROR(validate_mhc_args(a, p));

@@ -80,6 +80,18 @@ struct ModelArgs {
   std::string window_size;
   std::string window_attn_skip_freq;
   std::vector<int> window_attn_pattern;
+  // Gemma-2's flags as MindSpeed-LLM spells them (train/arguments_gemma2.cc; kUnset / kUnsetF: None).
+  // --output-logit-softcapping C: the logits become C·tanh(logits / C) before the loss;
+  // --attn-logit-softcapping C: the scaled attention scores C·tanh(s / C) before the mask and softmax;
+  // --query-pre-attn-scalar N: the softmax scale 1/√N instead of 1/√kv_channels; --post-norm: a norm
+  // after the attention and after the MLP, before each residual add (post_attn_norm /
+  // post_mlp_layernorm); --interleave-sliding-window W: --sliding-window W in the odd-numbered
+  // layers 1, 3, 5, … (1-based), full attention in the others (--window-attn-skip-freq 2).
+  double output_logit_softcapping = kUnsetF;
+  double attn_logit_softcapping = kUnsetF;
+  int64_t query_pre_attn_scalar = kUnset;
+  bool post_norm = false;
+  int64_t interleave_sliding_window = kUnset;
   // MindSpeed's ALiBi flags (--position-embedding-type alibi; kernels/cpu/attention.h). Gale always
   // adds the bias −m_h·(i − j) inside flash attention, which is MindSpeed's fusion-attention pse
   // type 2: --alibi-fusion-attn-type accepts 2 (or unset); 0 and 3 are refused (validate_model_args).
@@ -1212,6 +1224,13 @@ struct WindowSize {
 StatusOr<WindowSize> parse_window_size(const std::string& value);
 void add_window_args(ArgParser& p, ModelArgs& a);
 Status validate_window_args(ModelArgs& m);
+// Gemma-2's flags (train/arguments_gemma2.cc): added beside --window-size; the check, run by
+// validate_model_args before validate_window_args, maps --interleave-sliding-window onto
+// --sliding-window and --window-attn-skip-freq and refuses what Gale cannot combine with the others.
+void add_gemma2_args(ArgParser& p, ModelArgs& a);
+Status validate_gemma2_args(ModelArgs& m);
+// ... and, run by validate_all_pretrain_args, the combinations with other groups' flags it refuses.
+Status validate_gemma2_combinations(const Arguments& a);
 // Gated DeltaNet (--experimental-attention-variant gdn; train/arguments_gdn.cc): its flags, added
 // by add_mla_args, and their checks, run by validate_mla_args (fills ModelArgs::linear_attention_pattern).
 void add_gdn_args(ArgParser& p, ModelArgs& a);

@@ -49,6 +49,11 @@ nlohmann::json checkpoint_model_section(const ModelConfig& c) {
   if (!c.no_rope_layers.empty()) j["no_rope_layers"] = c.no_rope_layers;  // --no-rope-freq
   if (c.attention_output_gate) j["attention_output_gate"] = true;
   if (c.qk_l2_norm) j["qk_l2_norm"] = true;
+  // Gemma-2's flags (train/arguments_gemma2.cc), recorded only when set
+  if (c.attn_logit_softcapping > 0.0f) j["attn_logit_softcapping"] = c.attn_logit_softcapping;
+  if (c.output_logit_softcapping > 0.0f) j["output_logit_softcapping"] = c.output_logit_softcapping;
+  if (c.query_pre_attn_scalar > 0) j["query_pre_attn_scalar"] = c.query_pre_attn_scalar;
+  if (c.post_norm) j["post_norm"] = true;
   if (c.mhc.enabled)  // --enable-mhc-connections: the n-stream layers and their modules' sizes
     j["mhc"] = {{"num_residual_streams", c.mhc.streams},
                 {"sinkhorn_iterations", c.mhc.sinkhorn_iterations},
@@ -162,6 +167,11 @@ nlohmann::json model_flags_json(const ModelArgs& m) {
   if (!m.no_rope_pattern.empty()) j["no_rope_freq"] = m.no_rope_pattern;  // Megatron's config: the per-layer list
   if (m.attention_output_gate) j["attention_output_gate"] = true;  // absent: no gate
   if (m.qk_l2_norm) j["qk_l2_norm"] = true;  // absent: no L2 norm
+  // Gemma-2's flags as MindSpeed-LLM's args hold them (absent: None / False)
+  if (!unset(m.output_logit_softcapping)) j["output_logit_softcapping"] = m.output_logit_softcapping;
+  if (!unset(m.attn_logit_softcapping)) j["attn_logit_softcapping"] = m.attn_logit_softcapping;
+  if (m.query_pre_attn_scalar != kUnset) j["query_pre_attn_scalar"] = m.query_pre_attn_scalar;
+  if (m.post_norm) j["post_norm"] = true;
   if (m.enable_mhc_connections) {  // Megatron-Core's mHC fields (absent: off)
     j["enable_mhc_connections"] = true;
     j["mhc_num_residual_streams"] = m.mhc_num_residual_streams;
@@ -362,6 +372,16 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
     GALE_RETURN_IF_ERROR(get(args, "attention_output_gate", where, &m.attention_output_gate));
   if (auto it = args.find("qk_l2_norm"); it != args.end() && !it->is_null())
     GALE_RETURN_IF_ERROR(get(args, "qk_l2_norm", where, &m.qk_l2_norm));
+  for (auto [key, out] : {std::pair{"output_logit_softcapping", &m.output_logit_softcapping},
+                          std::pair{"attn_logit_softcapping", &m.attn_logit_softcapping}})
+    if (auto it = args.find(key); it != args.end() && !it->is_null()) {
+      if (!it->is_number()) return InvalidArgument(where, ": args '", key, "' is ", it->dump(), ", expected a number");
+      *out = it->get<double>();
+    }
+  if (auto it = args.find("query_pre_attn_scalar"); it != args.end() && !it->is_null())
+    GALE_RETURN_IF_ERROR(get(args, "query_pre_attn_scalar", where, &m.query_pre_attn_scalar));
+  if (auto it = args.find("post_norm"); it != args.end() && !it->is_null())
+    GALE_RETURN_IF_ERROR(get(args, "post_norm", where, &m.post_norm));
   if (auto it = args.find("enable_mhc_connections"); it != args.end() && !it->is_null()) {  // Megatron-Core's mHC
     GALE_RETURN_IF_ERROR(get(args, "enable_mhc_connections", where, &m.enable_mhc_connections));
     for (auto [key, dest] : {std::pair{"mhc_num_residual_streams", &m.mhc_num_residual_streams},
@@ -670,10 +690,12 @@ StatusOr<std::vector<std::string>> apply_checkpoint_args(Arguments& a, const Arg
   GALE_RETURN_IF_ERROR(set("rotary_percent", &m.rotary_percent, "--rotary-percent", true));
   // MindSpeed's --sliding-window (recorded only when set; absent keeps the command line's).
   GALE_RETURN_IF_ERROR(set("sliding_window", &m.sliding_window, "--sliding-window", true));
+  GALE_RETURN_IF_ERROR(set("query_pre_attn_scalar", &m.query_pre_attn_scalar, "--query-pre-attn-scalar", true));
   // Recorded only when true (checkpoint_model_section / model_flags_json): absent is false.
   for (auto [key, dest] : {std::pair{"rotary_interleaved", &m.rotary_interleaved},
                            std::pair{"attention_output_gate", &m.attention_output_gate},
                            std::pair{"qk_l2_norm", &m.qk_l2_norm},
+                           std::pair{"post_norm", &m.post_norm},
                            std::pair{"squared_relu", &m.squared_relu},
                            std::pair{"quick_geglu", &m.quick_geglu},
                            std::pair{"apply_layernorm_1p", &m.apply_layernorm_1p}}) {
@@ -689,8 +711,10 @@ StatusOr<std::vector<std::string>> apply_checkpoint_args(Arguments& a, const Arg
     GALE_RETURN_IF_ERROR(set("mhc_sinkhorn_iterations", &m.mhc_sinkhorn_iterations, "--mhc-sinkhorn-iterations", true));
     GALE_RETURN_IF_ERROR(set("mhc_init_gating_factor", &m.mhc_init_gating_factor, "--mhc-init-gating-factor", true));
   }
-  // --glu-linear-offset (absent: 0.0) and --activation-func-clamp-value (absent or None: unset).
+  // --glu-linear-offset (absent: 0.0), --activation-func-clamp-value and Gemma-2's soft-capping (absent or None: unset).
   for (auto [key, dest, none] : {std::tuple{"glu_linear_offset", &m.glu_linear_offset, 0.0},
+                                 std::tuple{"output_logit_softcapping", &m.output_logit_softcapping, kUnsetF},
+                                 std::tuple{"attn_logit_softcapping", &m.attn_logit_softcapping, kUnsetF},
                                  std::tuple{"activation_func_clamp_value", &m.activation_func_clamp_value,
                                             std::numeric_limits<double>::quiet_NaN()}}) {
     const bool given = saved.contains(key) && saved[key].is_number();

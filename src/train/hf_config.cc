@@ -1191,6 +1191,13 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
   out.model = m;
   out.moe = moe;
   out.vocab_size = vocab_size;
+  // Gemma-2's features (train/arguments_gemma2.cc): no architecture Gale writes holds them.
+  for (auto [on, flag] : {std::pair{!unset(m.output_logit_softcapping), "--output-logit-softcapping"},
+                          {!unset(m.attn_logit_softcapping), "--attn-logit-softcapping"},
+                          {m.query_pre_attn_scalar != kUnset, "--query-pre-attn-scalar"}, {m.post_norm, "--post-norm"}})
+    if (on)
+      return Unimplemented(where, ": the model has ", flag, ", which no Hugging Face architecture Gale writes holds "
+                           "(Gemma2ForCausalLM is not supported yet)");
   if (m.softmax_type == "learnable" || m.quick_geglu || m.glu_linear_offset != 0.0 ||
       !unset(m.activation_func_clamp_value)) {  // gpt-oss's sinks or activation: nothing else holds them
     GALE_RETURN_IF_ERROR(gpt_oss_from_args(m, moe, where));

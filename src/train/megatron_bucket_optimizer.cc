@@ -60,7 +60,10 @@ int layer_rank(const std::string& sub, bool te) {
       // MoELayer registers its router, its experts (in a buffer of their own) and then its shared experts.
       {"mlp.router.weight", 12}, {"mlp.router.bias", 13},
       {"mlp.shared_experts.linear_fc1.weight", 16}, {"mlp.shared_experts.linear_fc1.bias", 17},
-      {"mlp.shared_experts.linear_fc2.weight", 18}, {"mlp.shared_experts.linear_fc2.bias", 19}};
+      {"mlp.shared_experts.linear_fc2.weight", 18}, {"mlp.shared_experts.linear_fc2.bias", 19},
+      // --post-norm: MindSpeed-LLM's TransformerLayerWithPostNorm registers its two norms after the base layer's modules.
+      {"post_attn_norm.weight", 20}, {"post_attn_norm.bias", 21},
+      {"post_mlp_layernorm.weight", 22}, {"post_mlp_layernorm.bias", 23}};
   static const std::map<std::string, int> kTe = {
       {"input_layernorm.weight", 0}, {"input_layernorm.bias", 1},
       {"self_attention.linear_proj.weight", 2}, {"self_attention.linear_proj.bias", 3},
@@ -71,7 +74,9 @@ int layer_rank(const std::string& sub, bool te) {
       {"pre_mlp_layernorm.weight", 12}, {"pre_mlp_layernorm.bias", 13},
       {"mlp.linear_fc1.layer_norm_weight", 14}, {"mlp.linear_fc1.layer_norm_bias", 15},
       {"mlp.linear_fc1.weight", 16}, {"mlp.linear_fc1.bias", 17},
-      {"mlp.linear_fc2.weight", 18}, {"mlp.linear_fc2.bias", 19}};
+      {"mlp.linear_fc2.weight", 18}, {"mlp.linear_fc2.bias", 19},
+      {"post_attn_norm.weight", 20}, {"post_attn_norm.bias", 21},
+      {"post_mlp_layernorm.weight", 22}, {"post_mlp_layernorm.bias", 23}};
   const auto& table = te ? kTe : kLocal;
   auto it = table.find(sub);
   return it == table.end() ? -1 : it->second;

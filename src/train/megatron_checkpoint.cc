@@ -127,7 +127,10 @@ bool known_tensor(const std::string& name, bool mla, bool gdn = false) {
       "self_attention.linear_qkv.bias",   "self_attention.linear_proj.weight", "self_attention.linear_proj.bias",
       "self_attention.q_layernorm.weight", "self_attention.k_layernorm.weight", "pre_mlp_layernorm.weight",
       "pre_mlp_layernorm.bias",           "mlp.linear_fc1.weight",          "mlp.linear_fc1.bias",
-      "mlp.linear_fc2.weight",            "mlp.linear_fc2.bias",            "self_attention.core_attention.softmax_offset"};
+      "mlp.linear_fc2.weight",            "mlp.linear_fc2.bias",            "self_attention.core_attention.softmax_offset",
+      // --post-norm (MindSpeed-LLM's TransformerLayerWithPostNorm), replicated over TP
+      "post_attn_norm.weight",            "post_attn_norm.bias",            "post_mlp_layernorm.weight",
+      "post_mlp_layernorm.bias"};
   if (kTop.count(name)) return true;
   int64_t i;
   std::string rest;

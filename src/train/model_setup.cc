@@ -119,6 +119,12 @@ ModelConfig model_config_from_args(const Arguments& a) {
   c.rope_position_scale = unset(m.rotary_seq_len_interpolation_factor) ? 1.0 : 1.0 / m.rotary_seq_len_interpolation_factor;
   c.sliding_window = m.sliding_window == kUnset ? 0 : m.sliding_window;
   c.window_layers = m.window_attn_pattern;  // --window-attn-skip-freq (validated: train/arguments_window.cc)
+  // Gemma-2's flags (train/arguments_gemma2.cc; --interleave-sliding-window is the window above)
+  c.attn_logit_softcapping = unset(m.attn_logit_softcapping) ? 0.0f : static_cast<float>(m.attn_logit_softcapping);
+  c.output_logit_softcapping =
+      unset(m.output_logit_softcapping) ? 0.0f : static_cast<float>(m.output_logit_softcapping);
+  c.query_pre_attn_scalar = m.query_pre_attn_scalar == kUnset ? 0 : m.query_pre_attn_scalar;
+  c.post_norm = m.post_norm;
   c.attention_dropout = static_cast<float>(m.attention_dropout);
   c.hidden_dropout = static_cast<float>(m.hidden_dropout);
   c.init_std = static_cast<float>(m.init_method_std);

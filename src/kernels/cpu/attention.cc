@@ -9,6 +9,7 @@
 #include "core/rng.h"
 #include "core/threads.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/logit_softcap.h"
 
 namespace gale {
 
@@ -26,14 +27,20 @@ inline float dropout_scale(const AttentionProblem& p, int64_t b, int64_t h, int6
   return u >= p.dropout_p ? 1.0f / (1.0f - p.dropout_p) : 0.0f;
 }
 
-// scores[i, j] = scale·q_i·k_j (+ the ALiBi bias m·(kpos − qpos)) for visible pairs, −inf
-// otherwise; returns [Sq, Sk] in `s`.
+// scores[i, j] = scale·q_i·k_j (soft-capped with p.softcap, then + the ALiBi bias m·(kpos − qpos))
+// for visible pairs, −inf otherwise; returns [Sq, Sk] in `s`. With `capgrad` (soft-capping only) also
+// the cap's derivative 1 − tanh²(·) of every pair.
 void masked_scores(const AttentionProblem& p, int64_t b, int64_t h, const float* q, const HeadLayout& ql,
-                   const float* k, const HeadLayout& kl, float* s) {
+                   const float* k, const HeadLayout& kl, float* s, float* capgrad = nullptr) {
   int64_t g = h / (p.NH / p.KV);
   const float* qh = q + ql.offset(b, h);
   const float* kg = k + kl.offset(b, g);
   sgemm(false, true, p.Sq, p.Sk, p.HD, p.scale, qh, p.B * ql.row_stride, kg, p.B * kl.row_stride, 0.0f, s, p.Sk);
+  if (p.softcap > 0.0f) {  // Gemma-2's --attn-logit-softcapping, before the bias and the masks
+    softcap_inplace(s, p.Sq * p.Sk, p.softcap);
+    if (capgrad)
+      for (int64_t e = 0; e < p.Sq * p.Sk; ++e) capgrad[e] = softcap_grad(1.0f, s[e], p.softcap);
+  }
   const float slope = p.alibi_slopes ? p.alibi_slopes[p.head_offset + h] : 0.0f;
   for (int64_t i = 0; i < p.Sq; ++i)
     for (int64_t j = 0; j < p.Sk; ++j) {
@@ -124,6 +131,7 @@ void attention_backward_ref(const AttentionProblem& p, const float* q, const Hea
   // One task per (batch, KV group): the group's query heads accumulate into the same dk/dv rows.
   parallel_for(p.B * p.KV, 1, [&](int64_t u0, int64_t u1) {
     std::vector<float> prob(static_cast<size_t>(p.Sq * p.Sk)), dprob(prob.size()), delta(static_cast<size_t>(p.Sq));
+    std::vector<float> capgrad(p.softcap > 0.0f ? prob.size() : 0);
     for (int64_t u = u0; u < u1; ++u) {
       int64_t b = u / p.KV, g = u % p.KV;
       float* dkg = dk + kl.offset(b, g);
@@ -143,7 +151,7 @@ void attention_backward_ref(const AttentionProblem& p, const float* q, const Hea
           delta[i] = static_cast<float>(d);
         }
         // P = exp(scores − lse) (before dropout); P' = P·keep/(1−p).
-        masked_scores(p, b, h, q, ql, k, kl, prob.data());
+        masked_scores(p, b, h, q, ql, k, kl, prob.data(), capgrad.empty() ? nullptr : capgrad.data());
         for (int64_t i = 0; i < p.Sq; ++i) {
           float l = lse[(b * p.NH + h) * p.Sq + i];
           for (int64_t j = 0; j < p.Sk; ++j) {
@@ -170,6 +178,8 @@ void attention_backward_ref(const AttentionProblem& p, const float* q, const Hea
         // dS = P ∘ (dP − delta), stored in dprob.
         for (int64_t i = 0; i < p.Sq; ++i)
           for (int64_t j = 0; j < p.Sk; ++j) dprob[i * p.Sk + j] = prob[i * p.Sk + j] * (dprob[i * p.Sk + j] - delta[i]);
+        // Soft-capping: dS of the uncapped scores = dS · (1 − tanh²).
+        for (size_t e = 0; e < capgrad.size(); ++e) dprob[e] *= capgrad[e];
         // dq = scale·dS·k ; dk += scale·dSᵀ·q
         sgemm(false, false, p.Sq, p.HD, p.Sk, p.scale, dprob.data(), p.Sk, k + kl.offset(b, g), p.B * kl.row_stride,
               0.0f, dq + ql.offset(b, h), p.B * ql.row_stride);

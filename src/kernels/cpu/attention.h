@@ -29,6 +29,10 @@ struct AttentionProblem {
   // are left to `causal`. Combines with the document mask and GQA; uses the positions below, so
   // context parallelism and KV-cache decoding see the window at global positions.
   int64_t window = 0;
+  // Logit soft-capping C (0: none; Gemma-2's --attn-logit-softcapping): every score s = scale·q·k
+  // becomes C·tanh(s / C) before the ALiBi bias, the masks and the softmax; backward multiplies dS
+  // by 1 − tanh²(s / C). lse and --log-max-attention-logit see the capped scores.
+  float softcap = 0.0f;
   // Positions of the query rows / key rows (nullptr: 0..Sq-1 / 0..Sk-1). Used by the causal and
   // window masks and by dropout; context parallelism passes the global positions of its chunks.
   const int32_t* q_positions = nullptr;

@@ -1,6 +1,7 @@
 // Flash attention on the CPU (templates over a simd type V): tiled, online softmax, never an
 // [Sq, Sk] matrix. Semantics are exactly attention_forward_ref / attention_backward_ref's
-// (kernels/cpu/attention.h): causal, document and sliding-window masks, the ALiBi bias (added to Sᵀ before
+// (kernels/cpu/attention.h): causal, document and sliding-window masks, logit soft-capping (a scalar
+// pass over each Sᵀ tile after its product; backward scales dS by 1 − (capped / C)²), the ALiBi bias (added to Sᵀ before
 // the masks, in forward and in backward's recomputed P), explicit positions, GQA, dropout on the
 // probabilities with the reference's Philox mask (each query lane draws one Philox block per 4
 // consecutive key positions and uses its 4 words), lse written by forward and used by backward.
@@ -36,6 +37,7 @@
 #include "core/threads.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/fused_common_impl.h"
+#include "kernels/cpu/logit_softcap.h"
 #include "kernels/cpu/scratch.h"
 #include "kernels/cpu/tile_gemm_impl.h"
 
@@ -382,6 +384,7 @@ class FlashForward {
       const RowsRef kr = krows_all ? RowsRef{krows_all + j0 * hdp_, hdp_}
                                    : rows_operand<V>(kg + j0 * k_stride, k_stride, nk, HD, hdp_, vrows);  // free till P·V
       tile_gemm<V>(nk, BQ / V::W, HD, TileOperandA{kr.p, kr.stride, 1}, qt_packed, BQ, st, BQ, false);
+      softcap_inplace(st, nk * BQ, p_.softcap);  // --attn-logit-softcapping (padding lanes stay 0)
       for (int64_t c = 0; c < BQ; c += V::W) {
         if (c >= mq) break;
         // Key rows hidden from the whole vector by position (causal / window partial tiles).
@@ -545,6 +548,8 @@ class FlashBackward {
     const F ninf = V::set1(kFlashNegInf), keep_scale = V::set1(drop ? dropout_.keep_scale() : 1.0f);
     const bool alibi = p_.alibi_slopes != nullptr;
     const F slope = V::set1(alibi ? p_.alibi_slopes[p_.head_offset + h] : 0.0f);
+    const bool softcap = p_.softcap > 0.0f;
+    const F inv_cap = V::set1(softcap ? 1.0f / p_.softcap : 0.0f);
     for (int64_t kt = 0; kt < tiles_.num_k(); ++kt) {
       const int64_t j0 = kt * BK, nk = min_i64(BK, p_.Sk - j0);
       std::memset(dk_acc, 0, sizeof(float) * static_cast<size_t>(nk * hdp_));
@@ -563,6 +568,7 @@ class FlashBackward {
         lanes.init(p_, b, h, i0, mq);
         // Sᵀ = K_j·(scale·Q_i)ᵀ and dP'ᵀ = V_j·dO_iᵀ, [nk, BQ].
         tile_gemm<V>(nk, BQ / V::W, HD, TileOperandA{kr.p, kr.stride, 1}, qt_all + i0, sqp_, st, BQ, false);
+        softcap_inplace(st, nk * BQ, p_.softcap);  // --attn-logit-softcapping: as forward's scores
         tile_gemm<V>(nk, BQ / V::W, HD, TileOperandA{vr.p, vr.stride, 1}, dot_all + i0, sqp_, dpt, BQ, false);
         for (int64_t c = 0; c < BQ; c += V::W) {
           if (c >= mq) break;
@@ -584,7 +590,8 @@ class FlashBackward {
             const typename V::M visible =
                 V::mask_and(has_keys, visible_lanes<V>(p_, lanes, c, mq, kpos, kdocs ? kdocs[j0 + j] : 0, vis));
             // P = exp(S − lse) where visible, else 0.
-            const F score = alibi ? alibi_biased<V>(V::load(sp), slope, qposf, kpos) : V::load(sp);
+            const F capped = V::load(sp);
+            const F score = alibi ? alibi_biased<V>(capped, slope, qposf, kpos) : capped;
             const F prob = V::select(visible, simd::exp<V>(V::sub(score, vlse)), V::zero());
             F dprob = V::load(dp);
             F dropped = prob;
@@ -594,7 +601,12 @@ class FlashBackward {
               dprob = V::select(kept, V::mul(dprob, keep_scale), V::zero());
             }
             V::store(sp, dropped);                              // P'ᵀ (for dV)
-            V::store(dp, V::mul(prob, V::sub(dprob, vdelta)));  // dSᵀ
+            F ds = V::mul(prob, V::sub(dprob, vdelta));  // dSᵀ
+            if (softcap) {  // of the uncapped scores: dS · (1 − (capped / C)²)
+              const F t = V::mul(capped, inv_cap);
+              ds = V::mul(ds, V::sub(V::set1(1.0f), V::mul(t, t)));
+            }
+            V::store(dp, ds);
           }
         }
         // dV_j += P'ᵀ·dO_i,  dK_j += dSᵀ·Q_i (scale later),  dQ_i += dS·K_j (scale later).

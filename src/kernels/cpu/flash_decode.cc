@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "kernels/cpu/logit_softcap.h"
 
 namespace gale {
 
@@ -66,7 +67,9 @@ void flash_decode_forward(const AttentionProblem& p, const float* q, const HeadL
           for (int u = 0; u < 8; ++u) lane[u] += qh[d + u] * kj[d + u];
         float dot = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
         for (; d < HD; ++d) dot += qh[d] * kj[d];
-        s[static_cast<size_t>(i)] = dot * p.scale + static_cast<float>(alibi_bias(p, h, j));
+        float score = dot * p.scale;
+        if (p.softcap > 0.0f) score = softcap_value(score, p.softcap);  // --attn-logit-softcapping
+        s[static_cast<size_t>(i)] = score + static_cast<float>(alibi_bias(p, h, j));
         m = std::max(m, s[static_cast<size_t>(i)]);
       }
       if (m == kNegInf) continue;  // no visible key in this chunk
@@ -113,7 +116,9 @@ void flash_decode_forward_ref(const AttentionProblem& p, const float* q, const H
       if (!attention_visible(p, 0, 0, j)) continue;
       double dot = 0.0;
       for (int64_t d = 0; d < HD; ++d) dot += double(q[ql.offset(0, h) + d]) * double(k[kl.offset(j, g) + d]);
-      s[j] = dot * p.scale + alibi_bias(p, h, j);
+      double score = dot * p.scale;
+      if (p.softcap > 0.0f) score = p.softcap * std::tanh(score / p.softcap);  // --attn-logit-softcapping
+      s[j] = score + alibi_bias(p, h, j);
       M = std::max(M, s[j]);
     }
     std::vector<double> o(static_cast<size_t>(HD), 0.0);

@@ -12,6 +12,9 @@
 // Peak extra memory: one logits chunk (+ dx [T, H] in the eager mode) instead of [T, Vl].
 // p.bf16_logits (--output-logit-dtype bf16): each chunk's logits are rounded to bf16 after the GEMM
 // and its gradient rows after softmax_grad_row, before the backward products.
+// p.logit_softcap (--output-logit-softcapping C): each row is capped, C·tanh(z / C), after that
+// rounding and before the row statistics; its gradient row is multiplied by 1 − (capped / C)²
+// (a scalar loop, kernels/cpu/logit_softcap.h).
 #pragma once
 
 #include <cstring>
@@ -20,6 +23,7 @@
 #include "core/tensor.h"
 #include "kernels/cpu/fused_common_impl.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/logit_softcap.h"
 #include "kernels/flop_counter.h"
 #include "kernels/op_table.h"
 
@@ -76,6 +80,22 @@ void row_max_sumexp(const float* x, int64_t n, float* max_out, float* sumexp_out
   *sumexp_out = static_cast<float>(sum);
 }
 
+// --output-logit-softcapping C (> 0): row = C·tanh(row / C) (then rounded again with bf16 logits).
+static inline void softcap_row(float* row, int64_t n, const LmHeadProblem& p) {
+  if (p.logit_softcap <= 0.0f) return;
+  softcap_inplace(row, n, p.logit_softcap);
+  if (p.bf16_logits) round_to_bf16_inplace(row, n);
+}
+// The gradient of soft-capped logits (row holds the capped logits): row = (exp(row − lse) −
+// onehot(target))·d·(1 − (row / C)²), in place.
+static inline void softcap_softmax_grad_row(float* row, int64_t n, float lse, float d, int64_t target_local, float cap) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float capped = row[i];
+    const float g = std::exp(capped - lse) * d - (i == target_local ? d : 0.0f);
+    row[i] = softcap_grad(g, capped, cap);
+  }
+}
+
 // row = (exp(row − lse) − onehot(target))·d, in place.
 template <class V>
 void softmax_grad_row(float* row, int64_t n, float lse, float d, int64_t target_local) {
@@ -105,12 +125,16 @@ void lm_head_loss_forward(const LmHeadProblem& p, float* slice_max, float* slice
         const int64_t t = t0 + r;
         float* row = lg + r * p.Vl;
         if (p.bf16_logits) round_to_bf16_inplace(row, p.Vl);
+        softcap_row(row, p.Vl, p);
         row_max_sumexp<V>(row, p.Vl, &slice_max[t], &slice_sumexp[t]);
         const int64_t local = static_cast<int64_t>(p.targets[t]) - p.vocab_start;
         target_logit[t] = (local >= 0 && local < p.Vl) ? row[local] : 0.0f;
         if (eager) {
           const float lse = slice_max[t] + log_f32(slice_sumexp[t]);
-          softmax_grad_row<V>(row, p.Vl, lse, p.dloss[t], local);
+          if (p.logit_softcap > 0.0f)
+            softcap_softmax_grad_row(row, p.Vl, lse, p.dloss[t], local, p.logit_softcap);
+          else
+            softmax_grad_row<V>(row, p.Vl, lse, p.dloss[t], local);
           if (p.bf16_logits) round_to_bf16_inplace(row, p.Vl);
         }
       }
@@ -154,7 +178,12 @@ void lm_head_loss_backward(const LmHeadProblem& p, const float* lse, const float
         const int64_t t = t0 + r;
         float* row = lg + r * p.Vl;
         if (p.bf16_logits) round_to_bf16_inplace(row, p.Vl);
-        softmax_grad_row<V>(row, p.Vl, lse[t], dloss[t], static_cast<int64_t>(p.targets[t]) - p.vocab_start);
+        softcap_row(row, p.Vl, p);
+        const int64_t local = static_cast<int64_t>(p.targets[t]) - p.vocab_start;
+        if (p.logit_softcap > 0.0f)
+          softcap_softmax_grad_row(row, p.Vl, lse[t], dloss[t], local, p.logit_softcap);
+        else
+          softmax_grad_row<V>(row, p.Vl, lse[t], dloss[t], local);
         if (p.bf16_logits) round_to_bf16_inplace(row, p.Vl);
       }
     });
