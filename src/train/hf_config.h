@@ -81,6 +81,13 @@
 //                       activation (--quick-geglu --glu-linear-offset 1 --activation-func-clamp-value 7;
 //                       swiglu_limit must be 7, which transformers hard-codes). Refused: quantization_config
 //                       (MXFP4 checkpoints: only bf16 / f32 safetensors are read).
+//   GemmaForCausalLM    Gemma (v1): LLaMA's layout and weight names (GQA / MQA, RoPE, no biases, head_dim ->
+//                       --kv-channels) with MindSpeed-LLM's Gemma flags: GemmaRMSNorm's x·(1 + w) is
+//                       --add-rmsnorm-offset (the weights copied as stored), the embedding normalizer
+//                       √hidden_size is --input-embeds-norm, and the GeGLU MLP is --gelu-tanh
+//                       (hidden_activation, else hidden_act: gelu_pytorch_tanh or gelu_new; transformers'
+//                       default) or --geglu ("gelu", the exact GeLU). tie_word_embeddings defaults to true.
+//                       A model with these flags (and no other Gale-only feature) is written as Gemma.
 //
 // Anything else in config.json that changes the model (rope_scaling, attention_bias, another
 // hidden_act, a per-layer sliding window, ...) is refused with one line naming the file and the key.
@@ -96,7 +103,8 @@
 namespace gale {
 
 enum class HfArchitecture {
-  kGpt2, kLlama, kQwen2, kMistral, kMixtral, kQwen2Moe, kDeepseekV3, kQwen3, kBloom, kQwen3Moe, kQwen3Next, kGptOss
+  kGpt2, kLlama, kQwen2, kMistral, kMixtral, kQwen2Moe, kDeepseekV3, kQwen3, kBloom, kQwen3Moe, kQwen3Next, kGptOss,
+  kGemma
 };
 
 // "GPT2LMHeadModel", "LlamaForCausalLM", ...
