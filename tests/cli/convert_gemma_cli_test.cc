@@ -1,7 +1,10 @@
 // `gale convert` of the tiny Gemma (tests/data/hf/gemma) as a user runs it: HF -> Gale with
 // --model-type-hf gemma, then `gale generate` continues the fixture's tokens exactly as the reference's
-// greedy decoding (tools/reference/hf_fixture_gemma.py).
+// greedy decoding (tools/reference/hf_fixture_gemma.py); and through Megatron's format and back.
 #include <gtest/gtest.h>
+
+#include <fstream>
+#include <iterator>
 
 #include "ckpt/safetensors.h"
 #include "ckpt/temp_dir.h"
@@ -38,6 +41,24 @@ TEST(GaleConvertGemma, GenerateFromTheConvertedCheckpointMatchesTheReferenceGree
             "99", "--prompt", prompt, "--max-new-tokens", "5", "--temperature", "0"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find(expected + "\n"), std::string::npos) << "expected " << expected << "\n" << r.output;
+}
+
+std::string bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// HF -> Megatron's torch format -> HF: model.safetensors comes back byte for byte (the Megatron args
+// carry MindSpeed-LLM's gelu_tanh / add_rmsnorm_offset / input_embeds_norm).
+TEST(GaleConvertGemma, MegatronRoundTripIsByteIdentical) {
+  TempDir tmp;
+  test::RunResult r = gale({"convert", "--load-model-type", "hf", "--save-model-type", "mg", "--load-dir", fixture(),
+                            "--save-dir", tmp.file("mg")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = gale({"convert", "--load-model-type", "mg", "--save-model-type", "hf", "--load-dir", tmp.file("mg"),
+            "--save-dir", tmp.file("hf")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(bytes(tmp.file("hf/model.safetensors")) == bytes(fixture() + "/model.safetensors"));
 }
 
 // --model-type-hf must name the architecture config.json describes.

@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <iterator>
 
 #include "train/hf_config.h"
 #include "train/hf_test_fixtures.h"
@@ -83,8 +84,8 @@ std::map<std::string, Tensor> tensors_of(const std::string& file) {
   return out;
 }
 
-// Gale -> HF: every tensor of the fixture comes back bit for bit (no lm_head: tied), with Gemma's
-// config keys; the export imported again reproduces the logits.
+// Gale -> HF: every tensor of the fixture comes back bit for bit (no lm_head: tied), model.safetensors
+// byte for byte, with Gemma's config keys; the export imported again reproduces the logits.
 TEST(HfConvertGemma, ExportsEveryTensorBitForBitWithGemmaConfigKeys) {
   TempDir tmp;
   ASSERT_TRUE(convert_hf_to_gale(to_gale(fixture("gemma"), tmp.file("gale")), quiet).ok());
@@ -102,6 +103,12 @@ TEST(HfConvertGemma, ExportsEveryTensorBitForBitWithGemmaConfigKeys) {
     ASSERT_EQ(a.shape(), b.shape()) << name;
     EXPECT_EQ(0, std::memcmp(a.data<float>(), b.data<float>(), a.nbytes())) << name;
   }
+  // The whole file, header included, is the fixture's byte for byte (its tensors are f32 in Gale's order).
+  auto bytes = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_TRUE(bytes(tmp.file("hf/model.safetensors")) == bytes(fixture("gemma") + "/model.safetensors"));
   const nlohmann::json out = json_file(tmp.file("hf/config.json"));
   const nlohmann::json src = json_file(fixture("gemma") + "/config.json");
   for (const char* key : {"architectures", "model_type", "hidden_size", "intermediate_size", "num_hidden_layers",

@@ -119,7 +119,7 @@ def save_safetensors(path, tensors):
         header[name] = {"dtype": code, "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
         blobs.append(data)
         offset += len(data)
-    header["__metadata__"] = {"format": "pt"}
+    header = {"__metadata__": {"format": "pt"}, **header}  # the order Gale writes: metadata, then by name
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * ((8 - len(text) % 8) % 8)
     with open(path, "wb") as f:
