@@ -108,7 +108,9 @@ INSTANTIATE_TEST_SUITE_P(
         FlagErrorCase{{"--normalization", "RMSNorm", "--add-rmsnorm-offset", "--apply-layernorm-1p"}, 1,
                       "--add-rmsnorm-offset with --apply-layernorm-1p: both make the norm scale 1 + weight"},
         FlagErrorCase{{"--input-embeds-norm", "--mtp-num-layers", "1", "--position-embedding-type", "rope"}, 1,
-                      "--input-embeds-norm with --mtp-num-layers 1: MindSpeed-LLM scales only the decoder's input"}));
+                      "--input-embeds-norm with --mtp-num-layers 1: MindSpeed-LLM scales only the decoder's input"},
+        FlagErrorCase{{"--moe-use-upcycling", "--load", "d", "--save", "m", "--num-experts", "4", "--gelu-tanh"}, 1,
+                      "--moe-use-upcycling with --gelu-tanh: upcycling a GeGLU MLP is not supported yet"}));
 
 }  // namespace
 }  // namespace gale
