@@ -391,6 +391,16 @@ struct ModelConfig {
   // its linear half to [−clamp, clamp] before the activation (gpt-oss: 7.0).
   float activation_clamp = 0.0f;
   bool openai_gelu = false;  // --openai-gelu: the MLP's GeLU is the tanh approximation
+  // MindSpeed-LLM's --geglu / --gelu-tanh (Gemma): a gated MLP like SwiGLU whose gate goes through
+  // GeLU, y = gelu(a)·b (model/geglu.h); the exact erf GeLU, or the tanh one when openai_gelu is
+  // also set (--gelu-tanh sets both).
+  bool geglu = false;
+  // MindSpeed-LLM's --add-rmsnorm-offset: every RMSNorm scales by 1 + w (model/norm_weight.h), as
+  // norm_weight_1p does, but its weights keep RMSNorm's initial value 1 (MindSpeed-LLM's init).
+  bool rmsnorm_offset = false;
+  // MindSpeed-LLM's --input-embeds-norm (Gemma's normalizer): the embedding's output (after its
+  // dropout) × this, √hidden rounded to the training dtype; 1: none.
+  float input_embeds_scale = 1.0f;
   // --embed-layernorm (MindSpeed-LLM, Bloom's word_embeddings_layernorm): the embedding's output is
   // normalised (the model's norm and epsilon; weights embedding.norm.weight/.bias) before its dropout.
   bool embed_layernorm = false;
@@ -513,7 +523,7 @@ struct ModelConfig {
   bool uses_rope_tables() const { return position == PositionEmbedding::kRope || mla.enabled; }
   bool qkv_bias() const { return add_bias_linear || add_qkv_bias; }
   // A gated MLP (Megatron's gated_linear_unit): fc1 holds [gate; linear half], each F rows.
-  bool gated() const { return swiglu || quick_geglu; }
+  bool gated() const { return swiglu || quick_geglu || geglu; }
   int64_t fc1_out() const { return gated() ? 2 * ffn : ffn; }  // fc1 rows before TP split
   // Layer `layer`'s sub-blocks, query groups and FFN size (the model-wide ones without hetero and
   // for the MTP layers past the decoder).

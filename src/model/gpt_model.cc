@@ -438,14 +438,16 @@ Tensor GPTModel::embedding_forward(State& st, const int32_t* tokens, const int32
     d.col_offset = hidden_col_offset();
     ops_->dropout(x.data<float>(), x.data<float>(), x.size(0), x.size(1), d);
   }
-  return x;
+  // --input-embeds-norm (Gemma's normalizer): MindSpeed-LLM scales the embedding's output (after its
+  // dropout) at the start of the transformer block.
+  return times(x, c.input_embeds_scale);
 }
 
 void GPTModel::embedding_backward(State& st, const int32_t* tokens, const int32_t* positions, uint64_t stream,
                                   const Tensor& d_in) {
   const ModelConfig& c = config_;
   const int64_t T = st.mb.B * st.mb.S, H = c.hidden;
-  Tensor d = d_in;
+  Tensor d = times(d_in, c.input_embeds_scale);  // --input-embeds-norm, backward
   if (st.rt.training && c.hidden_dropout > 0.0f) {
     DropoutSpec ds;
     ds.p = c.hidden_dropout;
@@ -454,8 +456,9 @@ void GPTModel::embedding_backward(State& st, const int32_t* tokens, const int32_
     ds.row_ids = st.rt.hidden_row_ids.data();
     ds.cols_total = H;
     ds.col_offset = hidden_col_offset();
-    d = Tensor::empty(d_in.shape());
-    ops_->dropout(d_in.data<float>(), d.data<float>(), d.size(0), d.size(1), ds);  // backward: the same mask and scale
+    Tensor scaled = d;
+    d = Tensor::empty(scaled.shape());
+    ops_->dropout(scaled.data<float>(), d.data<float>(), d.size(0), d.size(1), ds);  // backward: the same mask and scale
   }
   if (emb_norm_w_ >= 0) {
     d = norm_backward(emb_norm_w_, emb_norm_b_, d, st.emb_norm_in, st.emb_norm_stats);

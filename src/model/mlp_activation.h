@@ -1,10 +1,11 @@
 // The MLP activation the model's flags select: SwiGLU (--swiglu), quick-GEGLU (--quick-geglu), either
 // with --glu-linear-offset / --activation-func-clamp-value, squared ReLU (--squared-relu), tanh GeLU
-// (--openai-gelu) or exact GeLU.
+// (--openai-gelu) or exact GeLU, or GeGLU (MindSpeed-LLM's --geglu / --gelu-tanh).
 #pragma once
 
 #include <cmath>
 
+#include "kernels/cpu/geglu.h"
 #include "kernels/op_table.h"
 #include "model/config.h"
 
@@ -24,13 +25,22 @@ inline bool mlp_uses_glu_kernels(const ModelConfig& c) {
   return c.quick_geglu || (c.swiglu && (c.glu_linear_offset != 0.0f || c.activation_clamp > 0.0f));
 }
 
+// GeGLU's gate (ModelConfig::geglu; the tanh GeLU with openai_gelu).
+inline GegluGate mlp_geglu_gate(const ModelConfig& c) { return c.openai_gelu ? GegluGate::kTanh : GegluGate::kErf; }
+
 // One call of the model's activation forward: fn(u, bias, act, rows, F) as ActivationForwardFn.
+// GeGLU has no op-table entry: it always runs the reference kernels (kernels/cpu/geglu.h), at every
+// --optimization-level.
 struct MlpActivationForward {
   ActivationForwardFn plain = nullptr;
   GluForwardFn glu = nullptr;
   GluSpec spec;
+  bool geglu = false;
+  GegluGate gate = GegluGate::kErf;
   void operator()(float* u, const float* bias, float* act, int64_t rows, int64_t F) const {
-    if (glu) {
+    if (geglu) {
+      geglu_forward_ref(gate, u, bias, act, rows, F);
+    } else if (glu) {
       glu(spec, u, bias, act, rows, F);
     } else {
       plain(u, bias, act, rows, F);
@@ -42,8 +52,12 @@ struct MlpActivationBackward {
   ActivationBackwardFn plain = nullptr;
   GluBackwardFn glu = nullptr;
   GluSpec spec;
+  bool geglu = false;
+  GegluGate gate = GegluGate::kErf;
   void operator()(const float* dact, const float* u, float* du, float* dbias, int64_t rows, int64_t F) const {
-    if (glu) {
+    if (geglu) {
+      geglu_backward_ref(gate, dact, u, du, dbias, rows, F);
+    } else if (glu) {
       glu(spec, dact, u, du, dbias, rows, F);
     } else {
       plain(dact, u, du, dbias, rows, F);
@@ -53,7 +67,10 @@ struct MlpActivationBackward {
 
 inline MlpActivationForward mlp_activation_forward(const ModelConfig& c, const OpTable& ops) {
   MlpActivationForward f;
-  if (mlp_uses_glu_kernels(c)) {
+  if (c.geglu) {
+    f.geglu = true;
+    f.gate = mlp_geglu_gate(c);
+  } else if (mlp_uses_glu_kernels(c)) {
     f.glu = ops.glu_forward;
     f.spec = mlp_glu_spec(c);
   } else if (c.swiglu) {
@@ -68,7 +85,10 @@ inline MlpActivationForward mlp_activation_forward(const ModelConfig& c, const O
 
 inline MlpActivationBackward mlp_activation_backward(const ModelConfig& c, const OpTable& ops) {
   MlpActivationBackward b;
-  if (mlp_uses_glu_kernels(c)) {
+  if (c.geglu) {
+    b.geglu = true;
+    b.gate = mlp_geglu_gate(c);
+  } else if (mlp_uses_glu_kernels(c)) {
     b.glu = ops.glu_backward;
     b.spec = mlp_glu_spec(c);
   } else if (c.swiglu) {

@@ -81,6 +81,7 @@ void add_model_args(ArgParser& p, ModelArgs& a) {
   add_mhc_args(p, a);
   add_qk_clip_args(p, a);
   add_mup_args(p, a);
+  add_gemma_args(p, a);
   p.add("--make-vocab-size-divisible-by", &a.make_vocab_size_divisible_by, "pad the vocabulary to a multiple of this (times TP)");
   p.add("--attention-dropout", &a.attention_dropout, "dropout on attention probabilities");
   p.add("--hidden-dropout", &a.hidden_dropout, "dropout on the residual branches");
@@ -1170,6 +1171,7 @@ Status validate_all_pretrain_args(Arguments& a, const ArgParser& p, int64_t worl
   GALE_RETURN_IF_ERROR(validate_qk_l2_norm(a));
   GALE_RETURN_IF_ERROR(validate_gemma2_combinations(a));
   GALE_RETURN_IF_ERROR(validate_glu_moe_args(a));
+  GALE_RETURN_IF_ERROR(validate_gemma_args(a));
   GALE_RETURN_IF_ERROR(validate_softmax_type(a));
   GALE_RETURN_IF_ERROR(validate_mhc_args(a, p));
   GALE_RETURN_IF_ERROR(validate_qk_clip(a));

@@ -112,7 +112,15 @@ struct ModelArgs {
   bool quick_geglu = false;
   double glu_linear_offset = 0.0;
   double activation_func_clamp_value = std::numeric_limits<double>::quiet_NaN();
-  bool gated_mlp() const { return swiglu || quick_geglu; }
+  // MindSpeed-LLM's Gemma flags (train/arguments_gemma.cc): --geglu (gated MLP, gate through the
+  // exact erf GeLU, Gemma v1's recipe), --gelu-tanh (the same with the tanh GeLU, Hugging Face's
+  // gelu_pytorch_tanh), --add-rmsnorm-offset (RMSNorm scales by 1 + w) and --input-embeds-norm
+  // (the embedding's output × √hidden_size, rounded to the training dtype).
+  bool geglu = false;
+  bool gelu_tanh = false;
+  bool add_rmsnorm_offset = false;
+  bool input_embeds_norm = false;
+  bool gated_mlp() const { return swiglu || quick_geglu || geglu || gelu_tanh; }
   bool openai_gelu = false;  // --openai-gelu: tanh GeLU
   bool embed_layernorm = false;  // --embed-layernorm: a norm after the embedding (Bloom; ModelConfig)
   bool squared_relu = false;  // --squared-relu: max(x, 0)² MLP activation
@@ -1176,6 +1184,13 @@ Status validate_yarn_args(const ModelArgs& m, const ArgParser& p);
 // validate_all_pretrain_args).
 Status validate_glu_args(const ModelArgs& m);
 Status validate_glu_moe_args(const Arguments& a);
+// MindSpeed-LLM's Gemma flags (--geglu, --gelu-tanh, --add-rmsnorm-offset, --input-embeds-norm;
+// train/arguments_gemma.cc): their registration, their checks (run by validate_all_pretrain_args)
+// and the model config they resolve to (run by model_config_from_args).
+struct ModelConfig;
+void add_gemma_args(ArgParser& p, ModelArgs& a);
+Status validate_gemma_args(const Arguments& a);
+void apply_gemma_args(const Arguments& a, ModelConfig* c);
 // --attention-output-gate: what it does not compose with (train/arguments_attention_gate.cc; run by
 // validate_all_pretrain_args).
 Status validate_attention_output_gate(const Arguments& a);

@@ -33,10 +33,14 @@ nlohmann::json checkpoint_model_section(const ModelConfig& c) {
                                                   : c.position == PositionEmbedding::kAlibi ? "alibi"
                                                                                            : "learned_absolute"}};
   // Recorded only when set, so that checkpoints saved before these flags still load.
-  if (c.openai_gelu) j["openai_gelu"] = true;
+  if (c.openai_gelu && !c.geglu) j["openai_gelu"] = true;  // --gelu-tanh records only itself
   if (c.embed_layernorm) j["embed_layernorm"] = true;
   if (c.squared_relu) j["squared_relu"] = true;
   if (c.quick_geglu) j["quick_geglu"] = true;
+  // MindSpeed-LLM's Gemma flags (train/arguments_gemma.cc).
+  if (c.geglu) j[c.openai_gelu ? "gelu_tanh" : "geglu"] = true;
+  if (c.rmsnorm_offset) j["add_rmsnorm_offset"] = true;
+  if (c.input_embeds_scale != 1.0f) j["input_embeds_norm"] = true;
   if (c.glu_linear_offset != 0.0f) j["glu_linear_offset"] = c.glu_linear_offset;
   if (c.activation_clamp > 0.0f) j["activation_func_clamp_value"] = c.activation_clamp;
   if (c.norm_weight_1p) j["apply_layernorm_1p"] = true;
@@ -151,6 +155,10 @@ nlohmann::json model_flags_json(const ModelArgs& m) {
   }
   if (m.squared_relu) j["squared_relu"] = true;
   if (m.quick_geglu) j["quick_geglu"] = true;  // absent: False
+  if (m.geglu) j["geglu"] = true;  // MindSpeed-LLM's Gemma flags (absent: False)
+  if (m.gelu_tanh) j["gelu_tanh"] = true;
+  if (m.add_rmsnorm_offset) j["add_rmsnorm_offset"] = true;
+  if (m.input_embeds_norm) j["input_embeds_norm"] = true;
   if (m.glu_linear_offset != 0.0) j["glu_linear_offset"] = m.glu_linear_offset;  // absent: 0.0
   if (!unset(m.activation_func_clamp_value))  // absent: None
     j["activation_func_clamp_value"] = m.activation_func_clamp_value;
@@ -346,6 +354,11 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
   // Megatron main's gated-MLP options (Megatron records False / 0.0 / None; older checkpoints lack them).
   if (auto it = args.find("quick_geglu"); it != args.end() && !it->is_null())
     GALE_RETURN_IF_ERROR(get(args, "quick_geglu", where, &m.quick_geglu));
+  // MindSpeed-LLM's Gemma flags (recorded only when set).
+  for (auto [key, out] : {std::pair{"geglu", &m.geglu}, std::pair{"gelu_tanh", &m.gelu_tanh},
+                          std::pair{"add_rmsnorm_offset", &m.add_rmsnorm_offset},
+                          std::pair{"input_embeds_norm", &m.input_embeds_norm}})
+    if (auto it = args.find(key); it != args.end() && !it->is_null()) GALE_RETURN_IF_ERROR(get(args, key, where, out));
   for (auto [key, out] : {std::pair{"glu_linear_offset", &m.glu_linear_offset},
                           std::pair{"activation_func_clamp_value", &m.activation_func_clamp_value}})
     if (auto it = args.find(key); it != args.end() && !it->is_null()) {
@@ -698,6 +711,10 @@ StatusOr<std::vector<std::string>> apply_checkpoint_args(Arguments& a, const Arg
                            std::pair{"post_norm", &m.post_norm},
                            std::pair{"squared_relu", &m.squared_relu},
                            std::pair{"quick_geglu", &m.quick_geglu},
+                           std::pair{"geglu", &m.geglu},
+                           std::pair{"gelu_tanh", &m.gelu_tanh},
+                           std::pair{"add_rmsnorm_offset", &m.add_rmsnorm_offset},
+                           std::pair{"input_embeds_norm", &m.input_embeds_norm},
                            std::pair{"apply_layernorm_1p", &m.apply_layernorm_1p}}) {
     *dest = saved.contains(key) && saved[key].is_boolean() && saved[key].get<bool>();
     lines.push_back(str_cat("Setting ", key, " to ", *dest ? "True" : "False", " from checkpoint"));

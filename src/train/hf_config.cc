@@ -26,6 +26,7 @@ const char* hf_architecture_name(HfArchitecture a) {
     case HfArchitecture::kGptOss: return "GptOssForCausalLM";
     case HfArchitecture::kInternLM2: return "InternLM2ForCausalLM";
     case HfArchitecture::kPhi3: return "Phi3ForCausalLM";
+    case HfArchitecture::kGemma: return "GemmaForCausalLM";
   }
   return "?";
 }
@@ -723,6 +724,29 @@ Status read_internlm2(const ConfigReader& c, HfModel& out) {
   return Status::Ok();
 }
 
+// Gemma's MLP activation: hidden_activation when set, else hidden_act (transformers' GemmaConfig
+// default gelu_pytorch_tanh): the tanh GeLU is --gelu-tanh, the exact one --geglu. Gemma v1's
+// original config.json says hidden_act "gelu" without hidden_activation, which transformers 4.40 to
+// 4.45 ran as gelu_pytorch_tanh: a warning says which one Gale takes.
+Status read_gemma_activation(const ConfigReader& c, HfModel& out) {
+  const bool explicit_activation = c.set("hidden_activation");
+  GALE_ASSIGN_OR_RETURN(std::string act, explicit_activation ? c.string("hidden_activation", "")
+                                                             : c.string("hidden_act", "gelu_pytorch_tanh"));
+  const char* key = explicit_activation ? "hidden_activation" : "hidden_act";
+  if (act == "gelu_pytorch_tanh" || act == "gelu_new") {
+    out.model.gelu_tanh = true;
+  } else if (act == "gelu") {
+    out.model.geglu = true;
+    if (!explicit_activation)
+      out.warnings.push_back(str_cat(c.path(), ": hidden_act \"gelu\" without hidden_activation: converted as the "
+                                     "exact GeLU (--geglu); transformers 4.40 to 4.45 ran such Gemma configs with "
+                                     "gelu_pytorch_tanh (--gelu-tanh)"));
+  } else {
+    return refuse(c, key, "Gemma's MLP is GeGLU with gelu_pytorch_tanh / gelu_new (--gelu-tanh) or gelu (--geglu)");
+  }
+  return Status::Ok();
+}
+
 // Phi-3's own keys: partial_rotary_factor 1 only, rope_scaling null only (longrope / su refused),
 // sliding_window as Mistral's (read_sliding_window).
 Status read_phi3(const ConfigReader& c, ModelArgs* m) {
@@ -758,8 +782,13 @@ Status read_llama_family(const ConfigReader& c, const nlohmann::json& j, HfModel
     return InvalidArgument(c.path(), ": ", hf_architecture_name(out.arch), " has heads of hidden_size / "
                            "num_attention_heads: expected hidden_size ", m.hidden_size, " to be a multiple of ",
                            m.num_attention_heads, " and no other head_dim, found head_dim ", m.kv_channels);
-  GALE_ASSIGN_OR_RETURN(std::string act, c.string("hidden_act", "silu"));
-  if (act != "silu") return refuse(c, "hidden_act", "the MLP is SwiGLU: silu(gate) * up");
+  const bool gemma = out.arch == HfArchitecture::kGemma;
+  if (gemma) {
+    GALE_RETURN_IF_ERROR(read_gemma_activation(c, out));
+  } else {
+    GALE_ASSIGN_OR_RETURN(std::string act, c.string("hidden_act", "silu"));
+    if (act != "silu") return refuse(c, "hidden_act", "the MLP is SwiGLU: silu(gate) * up");
+  }
   GALE_ASSIGN_OR_RETURN(double theta, c.number("rope_theta", 10000.0));
   if (theta <= 0 || theta != std::floor(theta) || theta > 9.0e15)
     return refuse(c, "rope_theta", "Megatron's --rotary-base is a positive integer");
@@ -775,7 +804,7 @@ Status read_llama_family(const ConfigReader& c, const nlohmann::json& j, HfModel
   if (attention_bias) return refuse(c, "attention_bias", "biases on q/k/v/o; Qwen2's q/k/v-only bias is supported");
   GALE_ASSIGN_OR_RETURN(bool mlp_bias, c.boolean("mlp_bias", false));
   if (mlp_bias) return refuse(c, "mlp_bias", "MLP biases");
-  GALE_ASSIGN_OR_RETURN(bool tie, c.boolean("tie_word_embeddings", false));
+  GALE_ASSIGN_OR_RETURN(bool tie, c.boolean("tie_word_embeddings", gemma));  // GemmaConfig's default: tied
   const bool mistral_like = out.arch == HfArchitecture::kMistral || out.arch == HfArchitecture::kMixtral;
   const bool qwen2 = out.arch == HfArchitecture::kQwen2 || out.arch == HfArchitecture::kQwen2Moe;
   const bool qwen3 = out.arch == HfArchitecture::kQwen3 || out.arch == HfArchitecture::kQwen3Moe;
@@ -794,7 +823,8 @@ Status read_llama_family(const ConfigReader& c, const nlohmann::json& j, HfModel
   m.num_query_groups = m.group_query_attention ? m.num_kv_heads : 1;
   m.normalization = "RMSNorm";
   if (m.position_embedding_type != "yarn") m.position_embedding_type = "rope";  // yarn: read_llama_yarn
-  m.swiglu = true;
+  m.swiglu = !gemma;  // Gemma: --geglu / --gelu-tanh (read_gemma_activation)
+  m.add_rmsnorm_offset = m.input_embeds_norm = gemma;  // GemmaRMSNorm's 1 + w, the √hidden_size normalizer
   m.add_bias_linear = false;
   m.add_qkv_bias = qwen2;
   m.qk_layernorm = qwen3;  // Qwen3's and Qwen3-MoE's q_norm / k_norm (RMSNorm over head_dim, eps rms_norm_eps)
@@ -931,6 +961,30 @@ Status qwen3_next_from_args(const ModelArgs& m, const MoeArgs& moe, const std::s
 }
 
 // Whether a Gale model with gpt-oss's sinks or activation is a GptOssForCausalLM: what read_gpt_oss sets.
+// A model with MindSpeed-LLM's Gemma flags is written only as GemmaForCausalLM, which holds exactly
+// Gemma v1's shape.
+Status gemma_from_args(const ModelArgs& m, const MoeArgs& moe, const std::string& where) {
+  const bool shape = (m.geglu || m.gelu_tanh) && m.add_rmsnorm_offset && m.input_embeds_norm &&
+                     m.normalization == "RMSNorm" && m.position_embedding_type == "rope" && m.rotary_percent == 1.0 &&
+                     !m.rotary_interleaved && !m.use_rope_scaling && unset(m.rotary_seq_len_interpolation_factor) &&
+                     !m.add_bias_linear && !m.add_qkv_bias && !moe.enabled() && !m.qk_layernorm && !m.qk_l2_norm &&
+                     m.sliding_window == kUnset && !m.multi_latent_attention &&
+                     (m.mtp_num_layers == kUnset || m.mtp_num_layers == 0) && m.noop_layers.empty() &&
+                     m.experimental_attention_variant.empty() && !m.attention_output_gate && !m.embed_layernorm &&
+                     m.softmax_type == "vanilla" && m.no_rope_pattern.empty() && !m.apply_layernorm_1p;
+  if (!shape)
+    return Unimplemented(where, ": a model with MindSpeed-LLM's Gemma flags is written only as GemmaForCausalLM: "
+                         "--geglu or --gelu-tanh with --add-rmsnorm-offset, --input-embeds-norm, --normalization "
+                         "RMSNorm, --position-embedding-type rope (--rotary-percent 1, no RoPE scaling or interleaving) "
+                         "and --disable-bias-linear, without experts, q/k norms, --sliding-window, MLA, MTP or noop "
+                         "layers (found --geglu ", m.geglu ? "on" : "off", ", --gelu-tanh ", m.gelu_tanh ? "on" : "off",
+                         ", --add-rmsnorm-offset ", m.add_rmsnorm_offset ? "on" : "off", ", --input-embeds-norm ",
+                         m.input_embeds_norm ? "on" : "off", ", --normalization ", m.normalization,
+                         ", position embedding ", m.position_embedding_type, ", linear biases ",
+                         m.add_bias_linear ? "on" : "off", ")");
+  return Status::Ok();
+}
+
 Status gpt_oss_from_args(const ModelArgs& m, const MoeArgs& moe, const std::string& where) {
   std::string why;
   auto need = [&](bool ok, const std::string& what) {
@@ -1158,12 +1212,13 @@ StatusOr<HfModel> hf_model_from_config(const nlohmann::json& raw_config, const s
   else if (name == "GptOssForCausalLM") out.arch = HfArchitecture::kGptOss;
   else if (name == "InternLM2ForCausalLM") out.arch = HfArchitecture::kInternLM2;
   else if (name == "Phi3ForCausalLM") out.arch = HfArchitecture::kPhi3;
+  else if (name == "GemmaForCausalLM") out.arch = HfArchitecture::kGemma;
   else
     return Unimplemented(path, ": architecture '", name,
                          "' is not supported yet (supported: GPT2LMHeadModel, BloomForCausalLM, LlamaForCausalLM, "
                          "Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, MixtralForCausalLM, "
                          "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Qwen3NextForCausalLM, DeepseekV3ForCausalLM, DeepseekV32ForCausalLM, "
-                         "GptOssForCausalLM, InternLM2ForCausalLM, Phi3ForCausalLM)");
+                         "GptOssForCausalLM, InternLM2ForCausalLM, Phi3ForCausalLM, GemmaForCausalLM)");
   GALE_RETURN_IF_ERROR(out.arch == HfArchitecture::kGpt2         ? read_gpt2(c, out)
                        : out.arch == HfArchitecture::kBloom      ? read_bloom(c, out)
                        : out.arch == HfArchitecture::kDeepseekV3 ? read_deepseek_v3(c, out)
@@ -1203,6 +1258,14 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
     GALE_RETURN_IF_ERROR(gpt_oss_from_args(m, moe, where));
     out.arch = HfArchitecture::kGptOss;
     out.model.ffn_hidden_size = moe.moe_ffn_hidden_size;
+    if (vocab_size <= 0 || vocab_size > m.padded_vocab_size)
+      return InvalidArgument("--vocab-size ", vocab_size, ": expected 1 to the checkpoint's padded vocabulary ",
+                             m.padded_vocab_size);
+    return out;
+  }
+  if (m.geglu || m.gelu_tanh || m.add_rmsnorm_offset || m.input_embeds_norm) {  // MindSpeed-LLM's Gemma flags
+    GALE_RETURN_IF_ERROR(gemma_from_args(m, moe, where));
+    out.arch = HfArchitecture::kGemma;
     if (vocab_size <= 0 || vocab_size > m.padded_vocab_size)
       return InvalidArgument("--vocab-size ", vocab_size, ": expected 1 to the checkpoint's padded vocabulary ",
                              m.padded_vocab_size);
@@ -1384,6 +1447,7 @@ nlohmann::json hf_config_json(const HfModel& hf, const std::string& torch_dtype)
                       : hf.arch == HfArchitecture::kQwen3Next ? "qwen3_next"
                       : hf.arch == HfArchitecture::kInternLM2 ? "internlm2"
                       : hf.arch == HfArchitecture::kPhi3     ? "phi3"
+                      : hf.arch == HfArchitecture::kGemma    ? "gemma"
                                                              : "llama";
     j["hidden_size"] = m.hidden_size;
     j["num_hidden_layers"] = m.num_layers;
@@ -1392,6 +1456,8 @@ nlohmann::json hf_config_json(const HfModel& hf, const std::string& torch_dtype)
     j["head_dim"] = m.kv_channels;
     j["intermediate_size"] = m.ffn_hidden_size;
     j["hidden_act"] = "silu";
+    if (hf.arch == HfArchitecture::kGemma)  // both keys, so that every transformers release runs the same GeLU
+      j["hidden_act"] = j["hidden_activation"] = m.gelu_tanh ? "gelu_pytorch_tanh" : "gelu";
     j["max_position_embeddings"] = m.max_position_embeddings;
     j["rms_norm_eps"] = m.norm_epsilon;
     j["rope_theta"] = static_cast<double>(m.rotary_base);
@@ -1447,6 +1513,8 @@ nlohmann::json hf_config_json(const HfModel& hf, const std::string& torch_dtype)
       add_internlm2_config(hf, &j);
     } else if (hf.arch == HfArchitecture::kPhi3) {
       add_phi3_config(hf, &j);
+    } else if (hf.arch == HfArchitecture::kGemma) {
+      j["attention_bias"] = false;
     } else {
       j["attention_bias"] = false;
       j["mlp_bias"] = false;

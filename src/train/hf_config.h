@@ -95,6 +95,13 @@
 //                       by the sequence length, cos/sin scaled by sqrt(1 + ln(s) / ln(original))) is refused.
 // A Gale checkpoint converted from InternLM2 or Phi-3 records that in its hf_source section and is written
 // back in the same architecture when its flags still fit it (hf_keep_source_architecture).
+//   GemmaForCausalLM    Gemma (v1): LLaMA's layout and weight names (GQA / MQA, RoPE, no biases, head_dim ->
+//                       --kv-channels) with MindSpeed-LLM's Gemma flags: GemmaRMSNorm's x·(1 + w) is
+//                       --add-rmsnorm-offset (the weights copied as stored), the embedding normalizer
+//                       √hidden_size is --input-embeds-norm, and the GeGLU MLP is --gelu-tanh
+//                       (hidden_activation, else hidden_act: gelu_pytorch_tanh or gelu_new; transformers'
+//                       default) or --geglu ("gelu", the exact GeLU). tie_word_embeddings defaults to true.
+//                       A model with these flags (and no other Gale-only feature) is written as Gemma.
 //
 // Anything else in config.json that changes the model (rope_scaling, attention_bias, another
 // hidden_act, a per-layer sliding window, ...) is refused with one line naming the file and the key.
@@ -111,7 +118,8 @@ namespace gale {
 
 enum class HfArchitecture {
   kGpt2, kLlama, kQwen2, kMistral, kMixtral, kQwen2Moe, kDeepseekV3, kQwen3, kBloom, kQwen3Moe, kQwen3Next, kGptOss,
-  kInternLM2, kPhi3
+  kInternLM2, kPhi3,
+  kGemma
 };
 
 // "GPT2LMHeadModel", "LlamaForCausalLM", ...

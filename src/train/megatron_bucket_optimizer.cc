@@ -638,7 +638,8 @@ Status read_megatron_bucket_state(const DcpCheckpoint& c, const PyValue* args, c
     const PyValue* v = args ? args->attr(name) : nullptr;
     return v && v->kind == PyValue::kBool && v->b;
   };
-  const bool gated = flag_on("swiglu") || flag_on("quick_geglu");  // fc1 [gate; linear half] per rank
+  const bool gated = flag_on("swiglu") || flag_on("quick_geglu") || flag_on("geglu") ||
+                     flag_on("gelu_tanh");  // fc1 [gate; linear half] per rank
   std::map<std::string, Tensor> weights;  // the saved weights, read once
   std::map<std::string, std::map<std::string, Tensor>> global;  // state -> model key -> global tensor
   // One model-parallel rank's buffers (under `prefix`, dp_group_idx_<group>) cut into its parameters, its masters

@@ -392,8 +392,9 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
   m.skipped_train_samples = json_int(m.args, "skipped_train_samples", 0);
   if (const PyValue* f = first.get("num_floating_point_operations_so_far"))
     m.floating_point_operations_so_far = f->kind == PyValue::kFloat ? f->f : f->kind == PyValue::kInt ? f->i : 0.0;
-  // A gated fc1 ([gate; linear half] per TP rank): --swiglu or --quick-geglu.
-  const bool swiglu = m.args.value("swiglu", false) || m.args.value("quick_geglu", false),
+  // A gated fc1 ([gate; linear half] per TP rank): --swiglu, --quick-geglu or MindSpeed-LLM's --geglu / --gelu-tanh.
+  const bool swiglu = m.args.value("swiglu", false) || m.args.value("quick_geglu", false) ||
+                      m.args.value("geglu", false) || m.args.value("gelu_tanh", false),
              mla = m.args.value("multi_latent_attention", false);
   // A Gated DeltaNet model: its mixers' sizes (their in_proj / conv1d sections split over TP).
   GALE_ASSIGN_OR_RETURN(const std::optional<MegatronGdnSizes> gdn, megatron_gdn_sizes(m.args, first_path + " (args)"));
@@ -662,6 +663,10 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
   set_bool("squared_relu", model.squared_relu);
   set_bool("openai_gelu", model.openai_gelu);
   set_bool("quick_geglu", model.quick_geglu);  // Megatron main's gpt-oss activation options
+  set_bool("geglu", model.geglu);  // MindSpeed-LLM's Gemma flags
+  set_bool("gelu_tanh", model.gelu_tanh);
+  set_bool("add_rmsnorm_offset", model.add_rmsnorm_offset);
+  set_bool("input_embeds_norm", model.input_embeds_norm);
   ns->set("glu_linear_offset", PyValue::real(model.glu_linear_offset));
   ns->set("activation_func_clamp_value", unset(model.activation_func_clamp_value)
                                              ? PyValue::none()

@@ -49,6 +49,7 @@ ModelConfig model_config_from_args(const Arguments& a) {
   c.embed_layernorm = m.embed_layernorm;
   c.squared_relu = m.squared_relu;
   c.norm_weight_1p = m.apply_layernorm_1p;
+  apply_gemma_args(a, &c);  // --geglu, --gelu-tanh, --add-rmsnorm-offset, --input-embeds-norm
   c.add_bias_linear = m.add_bias_linear;
   c.add_qkv_bias = m.add_qkv_bias;
   // MLA's norms are c.mla.qk_layernorm; --qk-l2-norm replaces the learned norms (Megatron's spec

@@ -34,6 +34,9 @@ StatusOr<UpcyclingPlan> make_upcycling_plan(const Arguments& a) {
   if (md.quick_geglu)
     return InvalidArgument("--moe-use-upcycling: The activation func is not supported by upcycling.Valid options are: "
                            "['gelu', 'silu', 'squared_relu']But got quick_gelu (--quick-geglu)");
+  if (md.geglu || md.gelu_tanh)
+    return Unimplemented("--moe-use-upcycling with ", md.geglu ? "--geglu" : "--gelu-tanh",
+                         ": upcycling a GeGLU MLP is not supported yet (expected a GeLU, SwiGLU or squared-ReLU MLP)");
   plan.glu = md.swiglu;
   if (plan.granularity > 1 && m.moe_upcycling_granularity > 1)
     for (size_t i = 0; i < m.layer_pattern.size(); ++i)

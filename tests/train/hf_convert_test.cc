@@ -1067,7 +1067,8 @@ TEST(HfConvertErrors, UnknownArchitectureAndUnsupportedOptions) {
   EXPECT_EQ(e, dir + "/config.json: architecture 'FalconForCausalLM' is not supported yet (supported: "
                "GPT2LMHeadModel, BloomForCausalLM, LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
                "MistralForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Qwen3NextForCausalLM, "
-               "DeepseekV3ForCausalLM, DeepseekV32ForCausalLM, GptOssForCausalLM, InternLM2ForCausalLM, Phi3ForCausalLM)");
+               "DeepseekV3ForCausalLM, DeepseekV32ForCausalLM, GptOssForCausalLM, InternLM2ForCausalLM, Phi3ForCausalLM, "
+               "GemmaForCausalLM)");
   edit_config(dir, [](nlohmann::json& j) {
     j["architectures"] = {"LlamaForCausalLM"};
     j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};
