@@ -177,13 +177,15 @@ TEST_F(LoraCli, FineTunesTheAdaptersOnlyAndResumesExactly) {
 }
 
 // MindSpeed-LLM's usual flow: the base converted to Megatron's format, then LoRA-finetuned with
-// --load naming it. The Megatron checkpoint (torch format, saved at TP 1 and at TP 2) gives the
+// --load naming it. The Megatron checkpoint (torch format, saved at PP 1 and at PP 2) gives the
 // frozen base: the same losses, bit for bit, as the run on the Gale base it was converted from.
+// (At TP 1: a checkpoint saved at TP 2 pads the vocabulary for TP 2, Megatron's rule, and loads at
+// TP 2; PP 2 splits it into two stage files.)
 TEST_F(LoraCli, OnAMegatronBaseAsOnTheGaleBase) {
-  for (const char* tp : {"1", "2"}) {
+  for (const char* pp : {"1", "2"}) {
     auto mg = testing::run_gale("convert --load-model-type gale --save-model-type mg --load-dir " + dir_.file("base") +
-                                    " --save-dir " + dir_.file(std::string("mg") + tp) +
-                                    " --target-tensor-parallel-size " + tp,
+                                    " --save-dir " + dir_.file(std::string("mg") + pp) +
+                                    " --target-pipeline-parallel-size " + pp,
                                 dir_.path());
     ASSERT_EQ(mg.exit_code, 0) << mg.out << mg.err;
   }
@@ -191,14 +193,14 @@ TEST_F(LoraCli, OnAMegatronBaseAsOnTheGaleBase) {
   ASSERT_EQ(g.exit_code, 0) << g.output;
   const std::vector<std::string> lg = loss_fields(g.output);
   ASSERT_EQ(lg.size(), 4u) << g.output;
-  for (const char* tp : {"1", "2"}) {
+  for (const char* pp : {"1", "2"}) {
     std::vector<std::string> argv = lora_run(4, {});
     for (size_t i = 0; i + 1 < argv.size(); ++i)
-      if (argv[i] == "--load") argv[i + 1] = dir_.file(std::string("mg") + tp);
+      if (argv[i] == "--load") argv[i + 1] = dir_.file(std::string("mg") + pp);
     test::RunResult m = test::run_with_timeout(argv, {}, 300);
     ASSERT_EQ(m.exit_code, 0) << m.output;
     EXPECT_NE(m.output.find("reading Megatron's torch checkpoint"), std::string::npos) << m.output;
-    EXPECT_EQ(loss_fields(m.output), lg) << "TP " << tp << "\n" << m.output;
+    EXPECT_EQ(loss_fields(m.output), lg) << "saved at PP " << pp << "\n" << m.output;
   }
 }
 
