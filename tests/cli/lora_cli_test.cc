@@ -12,6 +12,7 @@
 #include "ckpt/checkpoint_reader.h"
 #include "ckpt/safetensors.h"
 #include "cli/cli_test_util.h"
+#include "cli/mpi_cli.h"
 #include "data/data_test_util.h"
 #include "subprocess.h"
 
@@ -338,6 +339,25 @@ TEST_F(LoraCli, MoeExpertAdaptersSaveResumeAndMerge) {
   ASSERT_EQ(la.size(), 8u) << a.output;
   ASSERT_EQ(lc.size(), 4u) << c.output;
   for (size_t k = 0; k < 4; ++k) EXPECT_EQ(lc[k], la[4 + k]) << "iteration " << 5 + k;
+
+  // Saved at EP 2 (each rank its two experts' adapters, under their global indices), resumed at
+  // EP 1: the same losses as the single-process run (up to the summation order).
+  std::vector<std::string> ep2 = testing::mpirun_argv(2);
+  const std::vector<std::string> stop =
+      run(8, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "alltoall", "--save",
+              dir_.file("mb2"), "--save-interval", "4", "--exit-interval", "4"});
+  ep2.insert(ep2.end(), stop.begin(), stop.end());
+  test::RunResult b2 = test::run_with_timeout(ep2, testing::kMpiEnv, 300);
+  ASSERT_EQ(b2.exit_code, 0) << b2.output;
+  test::RunResult c2 = test::run_with_timeout(run(8, {"--lora-load", dir_.file("mb2")}), {}, 300);
+  ASSERT_EQ(c2.exit_code, 0) << c2.output;
+  const std::vector<std::string> lb2 = loss_fields(b2.output), lc2 = loss_fields(c2.output);
+  ASSERT_EQ(lb2.size(), 4u) << b2.output;
+  ASSERT_EQ(lc2.size(), 4u) << c2.output;
+  for (size_t k = 0; k < 4; ++k) {
+    EXPECT_NEAR(std::stod(lb2[k]), std::stod(la[k]), 1e-5 * std::stod(la[k])) << "EP 2, iteration " << k + 1;
+    EXPECT_NEAR(std::stod(lc2[k]), std::stod(la[4 + k]), 1e-5 * std::stod(la[4 + k])) << "EP 1, iteration " << 5 + k;
+  }
 
   const std::string lora_flags = " --lora-load " + dir_.file("ma") +
                                  " --lora-r 8 --lora-alpha 16 --lora-target-modules linear_qkv linear_proj linear_fc1 "
