@@ -229,6 +229,9 @@ struct LoraConfig {
   double alpha = 0.0;
   bool qkv = false, proj = false, fc1 = false, fc2 = false;  // the targeted linears
   bool in_proj = false, out_proj = false;  // a Gated DeltaNet mixer's projections (model/gated_delta_net.h)
+  // --lora-modules-to-save (peft's modules_to_save): modules trained whole beside the adapters,
+  // matched as peft does, by the module path or its last components (model/lora.h lora_saves_module).
+  std::vector<std::string> modules_to_save;
   bool enabled() const { return r > 0 && (qkv || proj || fc1 || fc2 || in_proj || out_proj); }
   float scaling() const { return static_cast<float>(alpha / static_cast<double>(r)); }
 };

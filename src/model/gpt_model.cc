@@ -11,6 +11,7 @@
 #include "kernels/flop_counter.h"
 #include "model/core_attention.h"
 #include "model/linear.h"
+#include "model/lora_modules.h"
 #include "model/mhc_layer.h"
 #include "model/layer_shares.h"
 #include "model/norm_weight.h"
@@ -230,10 +231,12 @@ GPTModel::GPTModel(const ModelConfig& config, const ModelPartition& part, const 
       if (s.init == InitKind::kNormal && s.global_shape.size() == 2)
         params_.set_init(id, InitKind::kUniform, xavier_uniform_bound(s.global_shape[0], s.global_shape[1]));
     }
-  // LoRA: only the adapters train; every base parameter is frozen (no gradient, no optimizer state).
+  // LoRA: only the adapters (and --lora-modules-to-save's modules) train; every other base
+  // parameter is frozen (no gradient, no optimizer state).
   if (c.lora.enabled())
     for (int id = 0; id < params_.size(); ++id)
-      if (params_.spec(id).name.find(".lora_") == std::string::npos) params_.freeze(id);
+      if (!is_lora_adapter(params_.spec(id).name) && !lora_saves_module(c.lora.modules_to_save, params_.spec(id).name))
+        params_.freeze(id);
   // --dist-train forward-only sub-worlds: the embedding and the layers before c.frozen_layers.
   if (c.frozen_layers > 0)
     for (int id = 0; id < params_.size(); ++id) {
@@ -1211,7 +1214,17 @@ const LayerParamIds* GPTModel::mtp_layer(int64_t layer) const {
 }
 
 std::vector<std::vector<int>> GPTModel::backward_param_groups() const {
-  auto layer_ids = [](const LayerParamIds& w) { return w.all(); };
+  // A layer's ids, with its routed experts' LoRA adapters (model/lora_expert.h; registered beside
+  // the expert weights, found by name).
+  auto layer_ids = [this](const LayerParamIds& w) {
+    std::vector<int> ids = w.all();
+    if (!config_.lora.enabled()) return ids;
+    for (const std::vector<int>* experts : {&w.moe.fc1_w, &w.moe.fc2_w})
+      for (int id : *experts)
+        for (const std::string& name : {lora_a_name(params_.spec(id).name), lora_b_name(params_.spec(id).name)})
+          if (const int found = params_.find(name); found >= 0) ids.push_back(found);
+    return ids;
+  };
   std::vector<std::vector<int>> groups;
   if (part_.post_process) {
     std::vector<int> head;
@@ -1219,8 +1232,14 @@ std::vector<std::vector<int>> GPTModel::backward_param_groups() const {
     if (output_w_ >= 0 && output_w_ != word_emb_) head.push_back(output_w_);
     if (!part_.pre_process)  // the MTP stage's copies of the embedding (tied: the output layer too)
       for (int id : {word_emb_, pos_emb_, emb_norm_w_, emb_norm_b_}) if (id >= 0) head.push_back(id);
-    for (const MtpParamIds& m : mtp_)  // the MTP layers run with the head
+    for (const MtpParamIds& m : mtp_) {  // the MTP layers run with the head
       for (int id : m.all()) head.push_back(id);
+      for (const LayerParamIds& l : m.layers)
+        for (int id : layer_ids(l))
+          if (is_lora_adapter(params_.spec(id).name) &&
+              params_.spec(id).name.find(".local_experts.") != std::string::npos)
+            head.push_back(id);  // the experts' adapters (the dense ones are in m.all())
+    }
     groups.push_back(head);
   }
   for (size_t i = layers_.size(); i-- > 0;) groups.push_back(layer_ids(layers_[i]));

@@ -13,6 +13,7 @@
 #include "kernels/cpu/norm.h"
 #include "model/expert_loop.h"
 #include "model/linear.h"
+#include "model/lora_expert.h"
 #include "model/mlp_activation.h"
 #include "model/moe_hot_experts.h"
 #include "model/moe_mc2.h"
@@ -115,11 +116,15 @@ bool splits(const Comm& g) { return g && g->size() > 1; }
 struct ExpertSet {
   int64_t count = 0;
   std::function<LinearWeight(int64_t)> fc1, fc2;
+  // LoRA adapters of fc1 / fc2 (model/lora_expert.h): lora1[e].a null when not adapted.
+  std::vector<LoraWeights> lora1, lora2;
+  const LoraWeights* fc1_lora(int64_t e) const { return e < (int64_t)lora1.size() && lora1[e].a ? &lora1[e] : nullptr; }
+  const LoraWeights* fc2_lora(int64_t e) const { return e < (int64_t)lora2.size() && lora2[e].a ? &lora2[e] : nullptr; }
   std::function<const float*(int64_t)> fc1_bias, fc2_bias;
   std::function<float*(int64_t)> fc1_bias_grad, fc2_bias_grad;
 };
 
-ExpertSet local_expert_set(const OpTable& ops, const ParamBuffer& pb, const MoeParamIds& w) {
+ExpertSet local_expert_set(const OpTable& ops, const ParamBuffer& pb, const MoeParamIds& w, float lora_scaling) {
   ExpertSet x;
   x.count = static_cast<int64_t>(w.fc1_w.size());
   x.fc1 = [&ops, &pb, &w](int64_t e) { return weight(ops, pb, w.fc1_w[e]); };
@@ -128,6 +133,12 @@ ExpertSet local_expert_set(const OpTable& ops, const ParamBuffer& pb, const MoeP
   x.fc2_bias = [&pb, &w](int64_t e) -> const float* { return w.fc2_b[e] >= 0 ? pb.param_data(w.fc2_b[e]) : nullptr; };
   x.fc1_bias_grad = [&pb, &w](int64_t e) -> float* { return w.fc1_b[e] >= 0 ? pb.grad_data(w.fc1_b[e]) : nullptr; };
   x.fc2_bias_grad = [&pb, &w](int64_t e) -> float* { return w.fc2_b[e] >= 0 ? pb.grad_data(w.fc2_b[e]) : nullptr; };
+  // The experts' LoRA adapters, found by name beside their weights (register_moe_params).
+  for (size_t e = 0; e < w.fc1_w.size(); ++e)
+    for (auto [id, out] : {std::pair{w.fc1_w[e], &x.lora1}, std::pair{w.fc2_w[e], &x.lora2}}) {
+      const LoraIds ids{pb.find(lora_a_name(pb.spec(id).name)), pb.find(lora_b_name(pb.spec(id).name))};
+      out->push_back(ids.defined() ? lora_weights(pb, ids, lora_scaling, ops.gemm) : LoraWeights{});
+    }
   return x;
 }
 
@@ -235,10 +246,12 @@ Tensor experts_forward(const ModelConfig& c, const OpTable& ops, const ExpertSet
     const int64_t n = offsets[e + 1] - offsets[e];
     if (n == 0) return;
     Tensor u = linear_forward(rows.slice(offsets[e], n), w.fc1(e));  // [n, Fe or 2Fe]
+    if (const LoraWeights* l = w.fc1_lora(e)) lora_forward(rows.slice(offsets[e], n), *l, u);
     Tensor act = Tensor::empty({n, Fe});
     mlp_activation_forward(c, ops)(u.data<float>(), w.fc1_bias(e), act.data<float>(), n, Fe);
     act = to_gemm_input(act, c.gemm_dtype());
     Tensor ye = linear_forward(act, w.fc2(e));  // [n, H]
+    if (const LoraWeights* l = w.fc2_lora(e)) lora_forward(act, *l, ye);
     if (w.fc2_bias(e) && add_fc2_bias) add_bias_ref(ye.data<float>(), w.fc2_bias(e), n, H);
     std::memcpy(out.data<float>() + offsets[e] * H, ye.data<float>(), static_cast<size_t>(n * H) * sizeof(float));
     const bool off = s->zero_memory == MoeZeroMemory::kOff;
@@ -273,6 +286,7 @@ void recompute_fc1(const ModelConfig& c, const OpTable& ops, const ExpertSet& w,
     const int64_t n = offsets[e + 1] - offsets[e];
     if (n == 0) return;
     Tensor u = linear_forward(rows.slice(offsets[e], n), w.fc1(e));
+    if (const LoraWeights* l = w.fc1_lora(e)) lora_forward(rows.slice(offsets[e], n), *l, u);
     Tensor act = Tensor::empty({n, Fe});
     mlp_activation_forward(c, ops)(u.data<float>(), w.fc1_bias(e), act.data<float>(), n, Fe);
     s.fc1_out[e] = u;
@@ -317,6 +331,10 @@ Tensor experts_backward_data(const ModelConfig& c, const OpTable& ops, const Exp
       linear_backward_weight(d_ye_gemm, acts[e], fc2);
     Tensor d_act = Tensor::empty({n, fc2.in});
     linear_backward_data_into(d_ye_gemm, fc2, acts[e].dtype(), d_act);
+    if (const LoraWeights* l = w.fc2_lora(e)) {  // the adapter's dA, dB and its part of d_act
+      lora_backward_input(d_ye, *l, d_act);
+      lora_backward_weights(d_ye, acts[e], *l);
+    }
     acts[e] = Tensor();
     Tensor d_u = Tensor::empty(fc1_outs[e].shape());
     float* db1 = w.fc1_bias_grad(e);
@@ -325,6 +343,7 @@ Tensor experts_backward_data(const ModelConfig& c, const OpTable& ops, const Exp
     (*du)[e] = to_gemm_input(d_u, rows_dtype);  // rounded once for both products (as linear_backward)
     Tensor dxe = Tensor::empty({n, H});
     linear_backward_data_into((*du)[e], w.fc1(e), rows_dtype, dxe);  // [n, H]
+    if (const LoraWeights* l = w.fc1_lora(e)) lora_backward_input(d_u, *l, dxe);  // dA, dB with fc1's dW
     std::memcpy(d_in.data<float>() + first * H, dxe.data<float>(), static_cast<size_t>(n * H) * sizeof(float));
   });
   if (defer) defer->end_experts();
@@ -344,6 +363,7 @@ void experts_fc1_weight_grads(const ExpertSet& w, const Tensor& rows,
       defer->put_expert(e, du[e], rows.slice(offsets[e], n), w.fc1(e));
     else
       linear_backward_weight(du[e], rows.slice(offsets[e], n), w.fc1(e));
+    if (const LoraWeights* l = w.fc1_lora(e)) lora_backward_weights(du[e], rows.slice(offsets[e], n), *l);
     du[e] = Tensor();
   });
   if (defer) defer->end_experts();
@@ -450,6 +470,9 @@ MoeParamIds register_moe_params(ParamBuffer& pb, const ModelConfig& c, int64_t l
                           ? pb.add(expert_spec(e, "linear_fc1.bias", {fc1_rows}, InitKind::kZeros, 0, false, 0, blocks))
                           : -1);
     w.fc2_w.push_back(pb.add(expert_spec(e, "linear_fc2.weight", {H, Fe}, InitKind::kNormal, out_std, true, 1)));
+    // LoRA on the routed experts (MindSpeed-LLM's peft matches every expert's linear_fc1 / linear_fc2).
+    if (lora_targets(c.lora, LoraTarget::kFc1)) register_expert_lora(pb, c.lora, pb.spec(w.fc1_w.back()));
+    if (lora_targets(c.lora, LoraTarget::kFc2)) register_expert_lora(pb, c.lora, pb.spec(w.fc2_w.back()));
     w.fc2_b.push_back(c.add_bias_linear ? pb.add(expert_spec(e, "linear_fc2.bias", {H}, InitKind::kZeros, 0, false))
                                         : -1);
   }
@@ -550,7 +573,7 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
       }
       interleave_yield();
     };
-    const ExpertSet locals = local_expert_set(ops, pb, w);
+    const ExpertSet locals = local_expert_set(ops, pb, w, c.lora.scaling());
     if (ops.moe_alltoall_mc2) {
       // --moe-alltoall-mc2 (model/moe_mc2.h): each permuted row copied from x straight to its
       // expert's input (this rank's experts) or the send buffer, received straight into the
@@ -633,7 +656,7 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
     }
     if (x_work) x_work->wait();
     expert_in = gather_rows(all_x, gathered_slot.data(), plan.expert_offsets[El], k);
-    expert_out = experts_forward(c, ops, local_expert_set(ops, pb, w), expert_in, plan.expert_offsets, etp, &st);  // [N, H]
+    expert_out = experts_forward(c, ops, local_expert_set(ops, pb, w, c.lora.scaling()), expert_in, plan.expert_offsets, etp, &st);  // [N, H]
     Tensor partial = Tensor::zeros({P * T, H});
     for (int64_t r = 0; r < plan.expert_offsets[El]; ++r) {
       const float q = gathered_probs.data<float>()[gathered_slot[r]];
@@ -726,7 +749,7 @@ void mc2_routed_experts_backward(const ModelConfig& c, const OpTable& ops, Param
       });
   s.expert_out = Tensor();
   std::vector<Tensor> du;
-  const ExpertSet locals = local_expert_set(ops, pb, w);
+  const ExpertSet locals = local_expert_set(ops, pb, w, c.lora.scaling());
   Tensor d_expert_in =
       experts_backward_data(c, ops, locals, d_local_out, s.plan.expert_offsets, etp, s.x.dtype(), s, &du, defer);
   d_local_out = Tensor();
@@ -784,12 +807,12 @@ void routed_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBuff
   Tensor rows = s.expert_in;
   if (level1) {
     rows = redispatched_rows(etp, s, rows_again);
-    recompute_fc1(c, ops, local_expert_set(ops, pb, w), rows, offsets, c.moe.ffn / (split ? etp->size() : 1), s);
+    recompute_fc1(c, ops, local_expert_set(ops, pb, w, c.lora.scaling()), rows, offsets, c.moe.ffn / (split ? etp->size() : 1), s);
   }
   Tensor d_local_out = grads.wait();  // [N, H] local expert-major
   d_expert_out = Tensor();
   std::vector<Tensor> du;
-  const ExpertSet locals = local_expert_set(ops, pb, w);
+  const ExpertSet locals = local_expert_set(ops, pb, w, c.lora.scaling());
   Tensor d_expert_in =
       experts_backward_data(c, ops, locals, d_local_out, s.plan.expert_offsets, etp, s.x.dtype(), s, &du, defer);
   d_local_out = Tensor();
@@ -851,7 +874,7 @@ void gathered_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBu
   if (async) dprobs_work = reduce_scatter_rows_async(ep, dprobs_partial, &dprobs);
   std::vector<Tensor> du;
   const Tensor rows = s.expert_in;
-  const ExpertSet locals = local_expert_set(ops, pb, w);
+  const ExpertSet locals = local_expert_set(ops, pb, w, c.lora.scaling());
   Tensor d_in = experts_backward_data(c, ops, locals, d_out, s.plan.expert_offsets, etp, rows.dtype(), s, &du, defer);
   d_out = Tensor();
   Tensor dx_partial = Tensor::zeros({P * T, H});

@@ -874,6 +874,7 @@ struct LoraArgs {
   int64_t lora_alpha = 32;   // MindSpeed-LLM's default alpha (scaling alpha / r)
   std::vector<std::string> lora_target_modules;  // of linear_qkv, linear_proj, linear_fc1, linear_fc2
   std::string lora_load;     // the adapter checkpoint to resume from (or to merge, gale convert)
+  std::vector<std::string> lora_modules_to_save;  // modules trained whole (word_embeddings, output_layer, ...)
   bool enabled() const { return !lora_target_modules.empty(); }
 };
 

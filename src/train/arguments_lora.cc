@@ -1,4 +1,6 @@
 // The LoRA fine-tuning flags (MindSpeed-LLM names and defaults) and their checks.
+#include <algorithm>
+
 #include "train/arguments.h"
 
 namespace gale {
@@ -7,6 +9,10 @@ namespace {
 
 // MindSpeed-LLM's four, and Megatron-Core's GatedDeltaNet projections (self_attention.in_proj / out_proj).
 const char* const kLoraTargets[] = {"linear_qkv", "linear_proj", "linear_fc1", "linear_fc2", "in_proj", "out_proj"};
+
+// The modules --lora-modules-to-save takes (peft's modules_to_save on Megatron's GPTModel): the
+// embedding, the output layer and the final norm.
+const char* const kModulesToSave[] = {"word_embeddings", "output_layer", "final_layernorm"};
 
 }  // namespace
 
@@ -19,7 +25,9 @@ void add_lora_args(ArgParser& p, LoraArgs& a) {
              "Gated DeltaNet model's GDN projections); LoRA is on when given");
   p.add("--lora-load", &a.lora_load,
         "checkpoint directory of the LoRA adapters (and their optimizer state) to resume from; gale convert merges it");
-  p.add_unsupported("--lora-modules-to-save", "training whole modules next to the LoRA adapters");
+  p.add_list("--lora-modules-to-save", &a.lora_modules_to_save,
+             "modules trained whole beside the adapters and saved with them (peft's modules_to_save): "
+             "word_embeddings, output_layer, final_layernorm");
   p.add_unsupported("--lora-fusion", "CCLoRA's fused communication");
   p.add_unsupported("--qlora", "QLoRA (quantised base weights)");
   p.add_compat("--lora-register-forward-hook", true,
@@ -54,13 +62,46 @@ Status validate_lora_args(Arguments& a, const ArgParser& p) {
       return InvalidArgument("--lora-target-modules: expected linear_qkv, linear_proj, linear_fc1 or linear_fc2, found ",
                              t, " (a Gated DeltaNet model also takes in_proj, out_proj)");
   }
+  for (const std::string& m : l.lora_modules_to_save) {
+    bool known = false;
+    for (const char* k : kModulesToSave) known = known || m == k;
+    if (!known)
+      return InvalidArgument("--lora-modules-to-save: expected word_embeddings, output_layer or final_layernorm, found ",
+                             m);
+    // Tied embeddings: the output layer has no weight of its own (it reads the embedding's).
+    if (m == "output_layer" && !a.model.untie_embeddings_and_output_weights)
+      return InvalidArgument("--lora-modules-to-save output_layer: expected --untie-embeddings-and-output-weights "
+                             "(with tied embeddings the output layer has no weight of its own; name word_embeddings "
+                             "to train the shared one), found tied embeddings");
+  }
   if (!l.enabled()) {
     if (!l.lora_load.empty()) return InvalidArgument("--lora-load needs --lora-target-modules (the adapted linears)");
+    if (!l.lora_modules_to_save.empty())
+      return InvalidArgument("--lora-modules-to-save needs --lora-target-modules (LoRA is on when it names a linear)");
     return Status::Ok();
   }
-  if (a.moe.enabled())
-    return InvalidArgument("--lora-target-modules: LoRA with --num-experts (MoE layers) is not supported yet");
-  (void)p;
+  // MoE layers: the routed experts' linear_fc1 / linear_fc2 take adapters (model/lora_expert.h),
+  // whole on each rank (expert TP 1), with EP, expert-DP, TP (experts whole, partial gradients
+  // all-reduced) and PP.
+  const bool expert_targets = std::find(l.lora_target_modules.begin(), l.lora_target_modules.end(), "linear_fc1") !=
+                                  l.lora_target_modules.end() ||
+                              std::find(l.lora_target_modules.begin(), l.lora_target_modules.end(), "linear_fc2") !=
+                                  l.lora_target_modules.end();
+  if (a.moe.enabled() && expert_targets) {
+    const int64_t etp = a.moe.expert_tensor_parallel_size == kUnset ? a.parallel.tensor_model_parallel_size
+                                                                     : a.moe.expert_tensor_parallel_size;
+    if (etp > 1)
+      return Unimplemented("--lora-target-modules linear_fc1/linear_fc2 with --num-experts and "
+                           "--expert-tensor-parallel-size ", etp, ": not supported yet (expected 1: the experts' "
+                           "adapters are not split; give --expert-tensor-parallel-size 1)");
+    if (a.moe.moe_shared_expert_intermediate_size != kUnset && a.moe.moe_shared_expert_intermediate_size > 0)
+      return Unimplemented("--lora-target-modules linear_fc1/linear_fc2 with --moe-shared-expert-intermediate-size: "
+                           "not supported yet (the shared experts' adapters)");
+    for (const char* flag : {"--balanced-moe-experts", "--enable-expert-placement", "--moe-zero-memory", "--moe-tp-extend-ep"})
+      if (p.was_set(flag))
+        return Unimplemented("--lora-target-modules linear_fc1/linear_fc2 with --num-experts and ", flag,
+                             ": not supported yet");
+  }
   return Status::Ok();
 }
 

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <regex>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint_layout.h"
@@ -14,6 +15,7 @@
 #include "ckpt/checkpoint_writer.h"
 #include "ckpt/local_checkpoint.h"
 #include "core/log.h"
+#include "model/lora_modules.h"
 #include "optim/shard_boxes.h"
 #include "train/quant_state_checkpoint.h"
 #include "train/checkpoint_args.h"
@@ -130,7 +132,8 @@ nlohmann::json args_section(const Arguments& a) {
   if (a.lora.enabled())
     j.update(nlohmann::json{{"lora_r", a.lora.lora_r},
                             {"lora_alpha", a.lora.lora_alpha},
-                            {"lora_target_modules", a.lora.lora_target_modules}});
+                            {"lora_target_modules", a.lora.lora_target_modules},
+                            {"lora_modules_to_save", a.lora.lora_modules_to_save}});
   return j;
 }
 
@@ -372,13 +375,20 @@ Status save_non_persistent_checkpoint(const Arguments& args, const Engine& engin
 
 namespace {
 
-// Which parameters a load reads: all of them, only the frozen ones (the base under LoRA) or only
-// the trainable ones (the LoRA adapters).
+// Which parameters a load reads: all of them, the base model's under LoRA (every parameter but
+// the adapters: the frozen ones and the --lora-modules-to-save modules, which start from the base)
+// or only the trainable ones (the LoRA adapters and the modules to save).
 // kUpcycle: every parameter, read from a dense checkpoint under its upcycling source name.
-enum class ParamSet { kAll, kFrozen, kTrainable, kUpcycle };
+enum class ParamSet { kAll, kBase, kTrainable, kUpcycle };
 
 bool in_set(const ParamSpec& s, ParamSet set) {
-  return set == ParamSet::kAll || set == ParamSet::kUpcycle || (set == ParamSet::kTrainable) == s.trainable;
+  switch (set) {
+    case ParamSet::kAll:
+    case ParamSet::kUpcycle: return true;
+    case ParamSet::kBase: return !is_lora_adapter(s.name);
+    case ParamSet::kTrainable: return s.trainable;
+  }
+  return false;
 }
 
 // Megatron's checkpoint_exists: `dir` is given and has a tracker file.
@@ -654,8 +664,9 @@ Status load_non_persistent(const Arguments& args, Engine& engine, TrainerState& 
 // `finetune`, its iteration and consumed samples; unless --no-load-optim too, a torch_dist or torch checkpoint's
 // optimizer state, step and scheduler), through a Gale checkpoint written to a private temporary
 // directory of this process. Megatron's RNG state (torch's generators) has no Gale counterpart: not read.
+// `set`: ParamSet::kBase for the frozen base of a LoRA run (then `finetune`: weights only).
 Status load_megatron(const std::string& flag, const std::string& dir, const Arguments& args, Engine& engine,
-                     TrainerState& state, bool finetune, bool* loaded) {
+                     TrainerState& state, bool finetune, bool* loaded, ParamSet set = ParamSet::kAll) {
   const CheckpointArgs& ca = args.checkpoint;
   const bool load_optim = !finetune && ca.load_optim;
   GALE_ASSIGN_OR_RETURN(MegatronCheckpoint m, read_megatron_checkpoint(dir, ca.ckpt_step, load_optim));
@@ -674,7 +685,7 @@ Status load_megatron(const std::string& flag, const std::string& dir, const Argu
                       m.pipeline_parallel, "): ", what));
   GALE_ASSIGN_OR_RETURN(TemporaryGaleCheckpoint copy, TemporaryGaleCheckpoint::write(m, dir));
   const std::string into = copy.dir();
-  Status st = load_from(flag, into, kUnset, args, engine, state, ParamSet::kAll, load_optim, !finetune, loaded, dir);
+  Status st = load_from(flag, into, kUnset, args, engine, state, set, load_optim, !finetune, loaded, dir);
   if (st.ok()) return st;
   std::string message = st.message();  // name the Megatron directory, not the temporary one
   for (size_t at; (at = message.find(into)) != std::string::npos;) message.replace(at, into.size(), dir);
@@ -684,6 +695,24 @@ Status load_megatron(const std::string& flag, const std::string& dir, const Argu
 }  // namespace
 
 namespace {
+
+// --lora-load: the adapter checkpoint's modules to save (recorded in its args) are this run's, so
+// the same parameters train on (checked here for a one-line error; a checkpoint without the
+// record saved none).
+Status check_lora_modules_to_save(const LoraArgs& l) {
+  StatusOr<CheckpointReader> r = CheckpointReader::open(l.lora_load);
+  if (!r.ok()) return Status::Ok();  // no checkpoint: load_from reports it
+  GALE_ASSIGN_OR_RETURN(nlohmann::json saved_args, r.value().section("args"));
+  std::vector<std::string> saved;
+  if (saved_args.contains("lora_modules_to_save"))
+    saved = saved_args["lora_modules_to_save"].get<std::vector<std::string>>();
+  if (std::set<std::string>(saved.begin(), saved.end()) !=
+      std::set<std::string>(l.lora_modules_to_save.begin(), l.lora_modules_to_save.end()))
+    return InvalidArgument("--lora-modules-to-save ", nlohmann::json(l.lora_modules_to_save).dump(),
+                           " does not match the modules saved in --lora-load ", l.lora_load, " (",
+                           nlohmann::json(saved).dump(), ")");
+  return Status::Ok();
+}
 
 // load_checkpoint before --override-ckpt-iteration.
 Status load_checkpoint_as_saved(const Arguments& args, Engine& engine, TrainerState& state, bool* loaded) {
@@ -716,20 +745,21 @@ Status load_checkpoint_as_saved(const Arguments& args, Engine& engine, TrainerSt
     return load_from(flag, dir, ca.ckpt_step, args, engine, state, ParamSet::kAll, !finetune && ca.load_optim,
                      !finetune, loaded);
   }
-  // LoRA: --load gives the frozen base weights only (its optimizer and trainer state belong to
-  // other parameters); --lora-load gives the adapters and resumes their training state.
+  // LoRA: --load gives the base weights only (its optimizer and trainer state belong to other
+  // parameters), from a Gale or a Megatron-LM checkpoint (MindSpeed-LLM's flow: HF -> Megatron,
+  // then LoRA with --load); --lora-load gives the adapters (and the modules to save) and resumes
+  // their training state.
   *loaded = false;
   if (!dir.empty()) {
     GALE_ASSIGN_OR_RETURN(CheckpointFormat format, detect_checkpoint_format(dir, ca.ckpt_step));
     if (format != CheckpointFormat::kGale && format != CheckpointFormat::kNone)
-      return Unimplemented(flag, " ", dir, " holds a Megatron-LM checkpoint (", checkpoint_format_name(format),
-                           " format): LoRA on a Megatron base checkpoint is not supported yet (convert it first: gale "
-                           "convert --load-model-type mg --save-model-type gale)");
+      GALE_RETURN_IF_ERROR(load_megatron(flag, dir, args, engine, state, /*finetune=*/true, loaded, ParamSet::kBase));
+    else
+      GALE_RETURN_IF_ERROR(
+          load_from(flag, dir, ca.ckpt_step, args, engine, state, ParamSet::kBase, false, false, loaded));
   }
-  if (!dir.empty())
-    GALE_RETURN_IF_ERROR(
-        load_from(flag, dir, ca.ckpt_step, args, engine, state, ParamSet::kFrozen, false, false, loaded));
   if (args.lora.lora_load.empty()) return Status::Ok();
+  GALE_RETURN_IF_ERROR(check_lora_modules_to_save(args.lora));
   bool lora_loaded = false;
   GALE_RETURN_IF_ERROR(load_from("--lora-load", args.lora.lora_load, kUnset, args, engine, state,
                                  ParamSet::kTrainable, ca.load_optim, true, &lora_loaded));

@@ -1,9 +1,12 @@
 // Reading a LoRA adapter checkpoint and merging it into base weights.
 #include "train/lora_merge.h"
 
+#include <cstring>
+
 #include "ckpt/checkpoint_writer.h"
 #include "comm/communicator.h"
 #include "model/lora.h"
+#include "model/lora_modules.h"
 
 namespace gale {
 
@@ -36,6 +39,7 @@ Status validate_lora_merge_args(const LoraArgs& a, const ArgParser& p) {
   // The model is the checkpoint's, not these flags': in_proj / out_proj pass the GDN-model rule here
   // (the adapter checkpoint, whose recorded targets LoraMerge::open checks, comes from a GDN run).
   args.model.experimental_attention_variant = "gdn";
+  args.model.untie_embeddings_and_output_weights = true;  // output_layer: the checkpoint's model decides
   GALE_RETURN_IF_ERROR(validate_lora_args(args, p));
   if (a.enabled() && a.lora_load.empty())
     return InvalidArgument("--lora-target-modules needs --lora-load (the adapter checkpoint to merge)");
@@ -63,20 +67,46 @@ StatusOr<LoraMerge> LoraMerge::open(const LoraArgs& a) {
       c.out_proj != s.out_proj)
     return InvalidArgument("--lora-target-modules does not match the adapters in ", a.lora_load, " (",
                            args["lora_target_modules"].dump(), ")");
-  return LoraMerge(std::move(r), c);
+  // --lora-modules-to-save: the checkpoint's record decides (the flag, when given, must agree).
+  std::vector<std::string> modules;
+  if (args.contains("lora_modules_to_save")) modules = args["lora_modules_to_save"].get<std::vector<std::string>>();
+  if (!a.lora_modules_to_save.empty() &&
+      std::set<std::string>(a.lora_modules_to_save.begin(), a.lora_modules_to_save.end()) !=
+          std::set<std::string>(modules.begin(), modules.end()))
+    return InvalidArgument("--lora-modules-to-save does not match the modules saved in ", a.lora_load, " (",
+                           nlohmann::json(modules).dump(), ")");
+  std::set<std::string> whole;
+  for (const std::string& name : r.tensor_names())
+    if (name.rfind("optimizer.", 0) != 0 && lora_saves_module(modules, name)) whole.insert(name);
+  if (!modules.empty() && whole.empty())
+    return FailedPrecondition("--lora-load ", a.lora_load, " records lora_modules_to_save ",
+                              nlohmann::json(modules).dump(), " but holds none of their tensors");
+  return LoraMerge(std::move(r), c, std::move(whole));
 }
 
 bool LoraMerge::adapts(const std::string& name) const {
+  if (saved_.count(name)) return true;
   if (name.rfind("decoder.layers.", 0) != 0) return false;
   return (config_.qkv && ends_with(name, ".self_attention.linear_qkv.weight")) ||
          (config_.proj && ends_with(name, ".self_attention.linear_proj.weight")) ||
          (config_.fc1 && ends_with(name, ".mlp.linear_fc1.weight")) ||
          (config_.fc2 && ends_with(name, ".mlp.linear_fc2.weight")) ||
+         // the routed experts' (model/lora_expert.h), by global expert
+         (config_.fc1 && name.find(".mlp.experts.local_experts.") != std::string::npos &&
+          ends_with(name, ".linear_fc1.weight")) ||
+         (config_.fc2 && name.find(".mlp.experts.local_experts.") != std::string::npos &&
+          ends_with(name, ".linear_fc2.weight")) ||
          (config_.in_proj && ends_with(name, ".self_attention.in_proj.weight")) ||  // Gated DeltaNet's
          (config_.out_proj && ends_with(name, ".self_attention.out_proj.weight"));
 }
 
 Status LoraMerge::merge_into(const std::string& name, Tensor& w) const {
+  if (saved_.count(name)) {  // a module trained whole: the checkpoint's tensor replaces the base's
+    GALE_CHECK(w.dtype() == DType::kF32) << name;
+    GALE_ASSIGN_OR_RETURN(Tensor t, reader_.read(name, w.shape(), DType::kF32));
+    std::memcpy(w.data<float>(), t.data<float>(), t.nbytes());
+    return Status::Ok();
+  }
   GALE_CHECK(w.ndim() == 2 && w.dtype() == DType::kF32) << name;
   const int64_t out = w.size(0), in = w.size(1);
   GALE_ASSIGN_OR_RETURN(Tensor a, reader_.read(lora_a_name(name), {config_.r, in}, DType::kF32));

@@ -230,6 +230,7 @@ ModelConfig model_config_from_args(const Arguments& a) {
       c.lora.in_proj = c.lora.in_proj || t == "in_proj";  // a Gated DeltaNet mixer's projections
       c.lora.out_proj = c.lora.out_proj || t == "out_proj";
     }
+    c.lora.modules_to_save = a.lora.lora_modules_to_save;
   }
   if (m.recompute_granularity == "full") {
     c.full_recompute.method =

@@ -5,12 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <regex>
 
 #include "ckpt/checkpoint_reader.h"
 #include "ckpt/safetensors.h"
 #include "cli/cli_test_util.h"
+#include "cli/mpi_cli.h"
 #include "data/data_test_util.h"
 #include "subprocess.h"
 
@@ -175,6 +177,215 @@ TEST_F(LoraCli, FineTunesTheAdaptersOnlyAndResumesExactly) {
   EXPECT_NE(wrong.err.find("--lora-r 4 does not match the adapters"), std::string::npos) << wrong.err;
 }
 
+// MindSpeed-LLM's usual flow: the base converted to Megatron's format, then LoRA-finetuned with
+// --load naming it. The Megatron checkpoint (torch format, saved at PP 1 and at PP 2) gives the
+// frozen base: the same losses, bit for bit, as the run on the Gale base it was converted from.
+// (At TP 1: a checkpoint saved at TP 2 pads the vocabulary for TP 2, Megatron's rule, and loads at
+// TP 2; PP 2 splits it into two stage files.)
+TEST_F(LoraCli, OnAMegatronBaseAsOnTheGaleBase) {
+  for (const char* pp : {"1", "2"}) {
+    auto mg = testing::run_gale("convert --load-model-type gale --save-model-type mg --load-dir " + dir_.file("base") +
+                                    " --save-dir " + dir_.file(std::string("mg") + pp) +
+                                    " --target-pipeline-parallel-size " + pp,
+                                dir_.path());
+    ASSERT_EQ(mg.exit_code, 0) << mg.out << mg.err;
+  }
+  test::RunResult g = test::run_with_timeout(lora_run(4, {}), {}, 300);
+  ASSERT_EQ(g.exit_code, 0) << g.output;
+  const std::vector<std::string> lg = loss_fields(g.output);
+  ASSERT_EQ(lg.size(), 4u) << g.output;
+  for (const char* pp : {"1", "2"}) {
+    std::vector<std::string> argv = lora_run(4, {});
+    for (size_t i = 0; i + 1 < argv.size(); ++i)
+      if (argv[i] == "--load") argv[i + 1] = dir_.file(std::string("mg") + pp);
+    test::RunResult m = test::run_with_timeout(argv, {}, 300);
+    ASSERT_EQ(m.exit_code, 0) << m.output;
+    EXPECT_NE(m.output.find("reading Megatron's torch checkpoint"), std::string::npos) << m.output;
+    EXPECT_EQ(loss_fields(m.output), lg) << "saved at PP " << pp << "\n" << m.output;
+  }
+}
+
+// --lora-modules-to-save (peft's modules_to_save): the tied embedding and the final norm train
+// whole beside the adapters, are saved with them (their optimizer state too), resume exactly
+// and replace the base's tensors when merged.
+TEST_F(LoraCli, ModulesToSaveTrainSaveResumeAndMerge) {
+  const std::vector<std::string> save = {"--lora-modules-to-save", "word_embeddings", "final_layernorm"};
+  test::RunResult a = test::run_with_timeout(lora_run(8, plus(save, {"--save", dir_.file("a"), "--save-interval", "8"})),
+                                             {}, 300);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  // 16384 adapter elements + the embedding's and the final norm's (GPT: weight and bias of 64).
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(a.output, m, std::regex(R"(> LoRA: trainable parameters ([0-9]+) of 198400)")))
+      << a.output;
+  EXPECT_GT(std::stoll(m[1]), 16384 + 128) << a.output;
+  // The modules to save start from the base (--load reads them): the first loss is the plain
+  // LoRA run's (B = 0, so both are the base model's).
+  test::RunResult plain = test::run_with_timeout(lora_run(1, {}), {}, 300);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  ASSERT_FALSE(loss_fields(plain.output).empty()) << plain.output;
+  EXPECT_EQ(loss_fields(plain.output)[0], loss_fields(a.output).at(0));
+  auto r = CheckpointReader::open(dir_.file("a"));
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  int adapters = 0, modules = 0, module_states = 0;
+  for (const std::string& name : r.value().tensor_names()) {
+    const bool opt = name.rfind("optimizer.", 0) == 0;
+    if (name.find(".lora_") != std::string::npos) {
+      adapters += !opt;
+    } else if (name.find("word_embeddings") != std::string::npos || name.find("final_layernorm") != std::string::npos) {
+      (opt ? module_states : modules) += 1;
+    } else {
+      ADD_FAILURE() << name << " is neither an adapter nor a module to save";
+    }
+  }
+  EXPECT_EQ(adapters, 2 * 4 * 2);
+  EXPECT_EQ(modules, 3);  // word_embeddings.weight, final_layernorm.weight and .bias
+  EXPECT_GT(module_states, 0);
+  // The embedding trained: it differs from the base's.
+  auto base = CheckpointReader::open(dir_.file("base"));
+  ASSERT_TRUE(base.ok());
+  const std::string emb = "embedding.word_embeddings.weight";
+  const Shape shape = base.value().global_shape(emb).value();
+  Tensor e0 = base.value().read(emb, shape, DType::kF32).value(), e1 = r.value().read(emb, shape, DType::kF32).value();
+  EXPECT_NE(0, std::memcmp(e0.raw(), e1.raw(), e0.nbytes())) << "the embedding did not train";
+
+  // Stopped at 4 and resumed from the adapters' checkpoint: the same losses 5..8.
+  test::RunResult b = test::run_with_timeout(
+      lora_run(8, plus(save, {"--save", dir_.file("b"), "--save-interval", "4", "--exit-interval", "4"})), {}, 300);
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  test::RunResult c = test::run_with_timeout(lora_run(8, plus(save, {"--lora-load", dir_.file("b")})), {}, 300);
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  const std::vector<std::string> la = loss_fields(a.output), lc = loss_fields(c.output);
+  ASSERT_EQ(la.size(), 8u);
+  ASSERT_EQ(lc.size(), 4u) << c.output;
+  for (size_t k = 0; k < 4; ++k) EXPECT_EQ(lc[k], la[4 + k]) << "iteration " << 5 + k;
+  // Resuming with other modules to save would train other parameters: refused.
+  test::RunResult d = test::run_with_timeout(
+      lora_run(8, {"--lora-load", dir_.file("b"), "--lora-modules-to-save", "final_layernorm"}), {}, 300);
+  EXPECT_NE(d.exit_code, 0);
+  EXPECT_NE(d.output.find("--lora-modules-to-save [\"final_layernorm\"] does not match the modules saved in "
+                          "--lora-load " + dir_.file("b") + " ([\"word_embeddings\",\"final_layernorm\"])"),
+            std::string::npos) << d.output;
+
+  // Merged (gale -> gale): the saved modules replace the base's, the adapters add B·A; evaluating
+  // the merged checkpoint equals evaluating the base with --lora-load.
+  const std::string lora_flags = " --lora-load " + dir_.file("a") +
+                                 " --lora-r 8 --lora-alpha 16 --lora-target-modules linear_qkv linear_proj linear_fc1 "
+                                 "linear_fc2";
+  auto merged = testing::run_gale("convert --load-model-type gale --save-model-type gale --load-dir " +
+                                      dir_.file("base") + " --save-dir " + dir_.file("merged") + lora_flags,
+                                  dir_.path());
+  ASSERT_EQ(merged.exit_code, 0) << merged.err;
+  EXPECT_NE(merged.out.find("(11 merged)"), std::string::npos) << merged.out;  // 8 linears, 3 saved tensors
+  auto mr = CheckpointReader::open(dir_.file("merged"));
+  ASSERT_TRUE(mr.ok());
+  Tensor e2 = mr.value().read(emb, shape, DType::kF32).value();
+  EXPECT_EQ(0, std::memcmp(e1.raw(), e2.raw(), e1.nbytes())) << "the merged embedding is not the trained one";
+  {
+    std::ofstream docs(dir_.file("docs.jsonl"));
+    docs << "{\"text\": \"Give three tips for staying healthy.\"}\n{\"text\": \"What is the capital of France?\"}\n";
+  }
+  auto ppl = [&](const std::string& load, const std::string& extra) {
+    auto e = testing::run_gale("evaluate --load " + load + " --use-checkpoint-args --tokenizer-type HuggingFaceTokenizer "
+                               "--tokenizer-model " + kQwen + " --task ppl --task-data-path " + dir_.file("docs.jsonl") +
+                               extra, dir_.path());
+    EXPECT_EQ(e.exit_code, 0) << e.err << e.out;
+    std::smatch found;
+    EXPECT_TRUE(std::regex_search(e.out, found, std::regex(R"(\| lm loss: ([0-9.E+-]+) \|)"))) << e.out;
+    return found.empty() ? 0.0 : std::stod(found[1]);
+  };
+  const double with_adapters = ppl(dir_.file("base"), lora_flags), merged_direct = ppl(dir_.file("merged"), "");
+  EXPECT_NEAR(with_adapters, merged_direct, 1e-6 * merged_direct);
+  // The flag, when given to a merge, must agree with the checkpoint's record.
+  auto wrong = testing::run_gale("convert --load-model-type gale --save-model-type gale --load-dir " +
+                                     dir_.file("base") + " --save-dir " + dir_.file("merged2") + lora_flags +
+                                     " --lora-modules-to-save final_layernorm",
+                                 dir_.path());
+  EXPECT_NE(wrong.exit_code, 0);
+  EXPECT_NE(wrong.err.find("--lora-modules-to-save does not match the modules saved in"), std::string::npos)
+      << wrong.err;
+}
+
+// A MoE model (4 experts, top-2): the routed experts' adapters are saved by global expert, resume
+// exactly, and merge into each expert (evaluating the merged checkpoint equals --lora-load).
+TEST_F(LoraCli, MoeExpertAdaptersSaveResumeAndMerge) {
+  const std::vector<std::string> moe = {"--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "32"};
+  test::RunResult base = test::run_with_timeout(
+      sft(dir_.file("sft"), 4, plus(moe, {"--lr", "3e-3", "--save", dir_.file("moe_base"), "--save-interval", "4"})),
+      {}, 300);
+  ASSERT_EQ(base.exit_code, 0) << base.output;
+  auto run = [&](int iters, std::vector<std::string> extra) {
+    return sft(dir_.file("sft"), iters,
+               plus(plus(plus({"--lr", "1e-2", "--load", dir_.file("moe_base")}, moe), kLora), extra));
+  };
+  test::RunResult a = test::run_with_timeout(run(8, {"--save", dir_.file("ma"), "--save-interval", "8"}), {}, 300);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  auto r = CheckpointReader::open(dir_.file("ma"));
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  int expert_adapters = 0;
+  for (const std::string& name : r.value().tensor_names()) {
+    if (name.rfind("optimizer.", 0) == 0) continue;
+    EXPECT_NE(name.find(".lora_"), std::string::npos) << name;
+    expert_adapters += name.find(".mlp.experts.local_experts.") != std::string::npos;
+  }
+  EXPECT_EQ(expert_adapters, 2 * 4 * 2 * 2);  // A and B of fc1 and fc2 of 4 experts in 2 layers
+  EXPECT_TRUE(r.value().has_tensor("decoder.layers.1.mlp.experts.local_experts.3.linear_fc2.lora_B.default.weight"));
+
+  test::RunResult b = test::run_with_timeout(
+      run(8, {"--save", dir_.file("mb"), "--save-interval", "4", "--exit-interval", "4"}), {}, 300);
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  test::RunResult c = test::run_with_timeout(run(8, {"--lora-load", dir_.file("mb")}), {}, 300);
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  const std::vector<std::string> la = loss_fields(a.output), lc = loss_fields(c.output);
+  ASSERT_EQ(la.size(), 8u) << a.output;
+  ASSERT_EQ(lc.size(), 4u) << c.output;
+  for (size_t k = 0; k < 4; ++k) EXPECT_EQ(lc[k], la[4 + k]) << "iteration " << 5 + k;
+
+  // Saved at EP 2 (each rank its two experts' adapters, under their global indices), resumed at
+  // EP 1: the same losses as the single-process run (up to the summation order).
+  std::vector<std::string> ep2 = testing::mpirun_argv(2);
+  const std::vector<std::string> stop =
+      run(8, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "alltoall", "--save",
+              dir_.file("mb2"), "--save-interval", "4", "--exit-interval", "4"});
+  ep2.insert(ep2.end(), stop.begin(), stop.end());
+  test::RunResult b2 = test::run_with_timeout(ep2, testing::kMpiEnv, 300);
+  ASSERT_EQ(b2.exit_code, 0) << b2.output;
+  test::RunResult c2 = test::run_with_timeout(run(8, {"--lora-load", dir_.file("mb2")}), {}, 300);
+  ASSERT_EQ(c2.exit_code, 0) << c2.output;
+  const std::vector<std::string> lb2 = loss_fields(b2.output), lc2 = loss_fields(c2.output);
+  ASSERT_EQ(lb2.size(), 4u) << b2.output;
+  ASSERT_EQ(lc2.size(), 4u) << c2.output;
+  for (size_t k = 0; k < 4; ++k) {
+    EXPECT_NEAR(std::stod(lb2[k]), std::stod(la[k]), 1e-5 * std::stod(la[k])) << "EP 2, iteration " << k + 1;
+    EXPECT_NEAR(std::stod(lc2[k]), std::stod(la[4 + k]), 1e-5 * std::stod(la[4 + k])) << "EP 1, iteration " << 5 + k;
+  }
+
+  const std::string lora_flags = " --lora-load " + dir_.file("ma") +
+                                 " --lora-r 8 --lora-alpha 16 --lora-target-modules linear_qkv linear_proj linear_fc1 "
+                                 "linear_fc2";
+  auto merged = testing::run_gale("convert --load-model-type gale --save-model-type gale --load-dir " +
+                                      dir_.file("moe_base") + " --save-dir " + dir_.file("moe_merged") + lora_flags,
+                                  dir_.path());
+  ASSERT_EQ(merged.exit_code, 0) << merged.err;
+  EXPECT_NE(merged.out.find("(20 merged)"), std::string::npos) << merged.out;  // 2 x (qkv, proj, 4 x fc1, 4 x fc2)
+  {
+    std::ofstream docs(dir_.file("docs.jsonl"));
+    docs << "{\"text\": \"Give three tips for staying healthy.\"}\n{\"text\": \"What is the capital of France?\"}\n";
+  }
+  auto ppl = [&](const std::string& load, const std::string& extra) {
+    auto e = testing::run_gale("evaluate --load " + load + " --use-checkpoint-args --tokenizer-type HuggingFaceTokenizer "
+                               "--tokenizer-model " + kQwen + " --task ppl --task-data-path " + dir_.file("docs.jsonl") +
+                               extra, dir_.path());
+    EXPECT_EQ(e.exit_code, 0) << e.err << e.out;
+    std::smatch found;
+    EXPECT_TRUE(std::regex_search(e.out, found, std::regex(R"(\| lm loss: ([0-9.E+-]+) \|)"))) << e.out;
+    return found.empty() ? 0.0 : std::stod(found[1]);
+  };
+  const double with_adapters = ppl(dir_.file("moe_base"), lora_flags), merged_direct = ppl(dir_.file("moe_merged"), "");
+  const double base_only = ppl(dir_.file("moe_base"), "");
+  EXPECT_NEAR(with_adapters, merged_direct, 1e-6 * merged_direct);
+  EXPECT_GT(std::fabs(with_adapters - base_only), 1e-4);
+}
+
 TEST_F(LoraCli, FlagErrorsAreOneLine) {
   struct Case {
     std::vector<std::string> extra;
@@ -183,7 +394,11 @@ TEST_F(LoraCli, FlagErrorsAreOneLine) {
       {{"--lora-target-modules", "q_proj"}, "--lora-target-modules: expected linear_qkv, linear_proj, linear_fc1 or linear_fc2, found q_proj"},
       {{"--lora-r", "-1", "--lora-target-modules", "linear_qkv"}, "--lora-r: expected a positive integer, found -1"},
       {{"--lora-load", "/nonexistent"}, "--lora-load needs --lora-target-modules"},
-      {{"--lora-modules-to-save", "word_embeddings", "--lora-target-modules", "linear_qkv"}, "--lora-modules-to-save: not supported yet"},
+      {{"--lora-modules-to-save", "lm_head", "--lora-target-modules", "linear_qkv"},
+       "--lora-modules-to-save: expected word_embeddings, output_layer or final_layernorm, found lm_head"},
+      {{"--lora-target-modules", "linear_fc1", "--num-experts", "4", "--moe-token-dispatcher-type", "alltoall",
+        "--moe-zero-memory", "level0"},
+       "--lora-target-modules linear_fc1/linear_fc2 with --num-experts and --moe-zero-memory: not supported yet"},
   };
   for (const Case& c : cases) {
     test::RunResult r = test::run_with_timeout(sft(dir_.file("sft"), 2, plus({"--lr", "1e-3"}, c.extra)), {}, 120);

@@ -133,6 +133,14 @@ const std::vector<Layout>& layouts() {
       {"dp2_lora_distopt_overlap", 2, {"--lora-r", "4", "--lora-alpha", "8", "--lora-target-modules", "linear_qkv",
                                        "linear_fc2", "--use-distributed-optimizer", "--overlap-grad-reduce",
                                        "--overlap-param-gather"}, 2000},
+      // --lora-modules-to-save: the tied embedding (both pipeline stages' copies) and the final
+      // norm train whole beside the adapters.
+      {"tp2_lora_save", 2, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--lora-r", "4",
+                            "--lora-target-modules", "linear_qkv", "linear_fc2", "--lora-modules-to-save",
+                            "word_embeddings", "final_layernorm"}},
+      {"pp2_dp2_lora_save", 4, {"--pipeline-model-parallel-size", "2", "--use-distributed-optimizer", "--lora-r", "4",
+                                "--lora-target-modules", "linear_proj", "linear_fc1", "--lora-modules-to-save",
+                                "word_embeddings", "final_layernorm"}},
       {"tp2_dp2_distopt_sp", 4, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--use-distributed-optimizer"}},
       {"tp2_dp4_distopt", 8, {"--tensor-model-parallel-size", "2", "--use-distributed-optimizer", "--overlap-grad-reduce"},
        25000},

@@ -27,6 +27,15 @@ TEST(LoraArguments, MindSpeedDefaultsAndTheModelConfig) {
   EXPECT_EQ(c.r, 16);
   EXPECT_FLOAT_EQ(c.scaling(), 0.5f);
   EXPECT_TRUE(c.qkv && c.fc2 && !c.proj && !c.fc1);
+  EXPECT_TRUE(c.modules_to_save.empty());
+
+  Cli save;  // MindSpeed-LLM's --lora-modules-to-save (nargs +, default None): into the model config
+  ASSERT_TRUE(save.parse_minimal({"--lora-target-modules", "linear_qkv", "--untie-embeddings-and-output-weights",
+                                  "--lora-modules-to-save", "word_embeddings", "output_layer"})
+                  .ok());
+  save.args.model.padded_vocab_size = 128;
+  EXPECT_EQ(model_config_from_args(save.args).lora.modules_to_save,
+            (std::vector<std::string>{"word_embeddings", "output_layer"}));
 }
 
 TEST(LoraArguments, ErrorsNameTheFlag) {
@@ -46,8 +55,22 @@ TEST(LoraArguments, ErrorsNameTheFlag) {
       {{"--lora-alpha", "0", "--lora-target-modules", "linear_qkv"}, 1,
        "--lora-alpha: expected a positive integer, found 0"},
       {{"--lora-load", "dir"}, 1, "--lora-load needs --lora-target-modules (the adapted linears)"},
-      {{"--lora-target-modules", "linear_fc1", "--num-experts", "4"}, 1,
-       "--lora-target-modules: LoRA with --num-experts (MoE layers) is not supported yet"},
+      {{"--lora-target-modules", "linear_fc1", "--num-experts", "4", "--tensor-model-parallel-size", "2",
+        "--sequence-parallel"}, 2,
+       "--lora-target-modules linear_fc1/linear_fc2 with --num-experts and --expert-tensor-parallel-size 2: not "
+       "supported yet (expected 1: the experts' adapters are not split; give --expert-tensor-parallel-size 1)"},
+      {{"--lora-target-modules", "linear_fc2", "--num-experts", "4", "--moe-shared-expert-intermediate-size", "8",
+        "--disable-bias-linear"}, 1,
+       "--lora-target-modules linear_fc1/linear_fc2 with --moe-shared-expert-intermediate-size: not supported yet "
+       "(the shared experts' adapters)"},
+      {{"--lora-target-modules", "linear_qkv", "--lora-modules-to-save", "lm_head"}, 1,
+       "--lora-modules-to-save: expected word_embeddings, output_layer or final_layernorm, found lm_head"},
+      {{"--lora-target-modules", "linear_qkv", "--lora-modules-to-save", "output_layer"}, 1,
+       "--lora-modules-to-save output_layer: expected --untie-embeddings-and-output-weights (with tied embeddings "
+       "the output layer has no weight of its own; name word_embeddings to train the shared one), found tied "
+       "embeddings"},
+      {{"--lora-modules-to-save", "word_embeddings"}, 1,
+       "--lora-modules-to-save needs --lora-target-modules (LoRA is on when it names a linear)"},
   };
   for (const Case& c : cases) {
     Cli cli;
@@ -64,6 +87,18 @@ TEST(LoraArguments, ErrorsNameTheFlag) {
   EXPECT_TRUE(tp.parse_minimal({"--lora-target-modules", "linear_qkv", "--tensor-model-parallel-size", "2",
                         "--sequence-parallel", "--pipeline-model-parallel-size", "2"}, 4).ok())
       << "tensor (with sequence) and pipeline parallelism work with LoRA";
+  Cli moe;
+  EXPECT_TRUE(moe.parse_minimal({"--lora-target-modules", "linear_fc1", "linear_fc2", "--num-experts", "4",
+                                 "--expert-model-parallel-size", "2"}, 2).ok())
+      << "LoRA on the routed experts, with expert parallelism";
+  Cli moe_tp;
+  const Status st = moe_tp.parse_minimal({"--lora-target-modules", "linear_fc1", "--num-experts", "4",
+                                          "--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                          "--expert-tensor-parallel-size", "1"}, 2);
+  EXPECT_TRUE(st.ok()) << st.message();
+  Cli attn_only;  // attention adapters only: the experts' restrictions do not apply
+  EXPECT_TRUE(attn_only.parse_minimal({"--lora-target-modules", "linear_qkv", "--num-experts", "4",
+                                       "--tensor-model-parallel-size", "2", "--sequence-parallel"}, 2).ok());
 }
 
 }  // namespace
