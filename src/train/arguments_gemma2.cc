@@ -72,6 +72,16 @@ Status validate_gemma2_combinations(const Arguments& a) {
   if (scalar && m.use_mup)
     return InvalidArgument("--query-pre-attn-scalar with --use-mup: both set the attention softmax scale; expected "
                            "one of them");
+  if (!unset(m.output_logit_softcapping)) {  // the model asserts these too (model/gpt_model.cc)
+    if (a.qad.qad_enable)
+      return Unimplemented("--output-logit-softcapping with --qad-enable: not supported yet (the KL gradient does not "
+                           "go through the cap)");
+    for (const auto& [dir, flag] : {std::pair{&a.logits_kd.logits_save_dir, "--logits-save-dir"},
+                                    {&a.logits_kd.logits_load_dir, "--logits-load-dir"}})
+      if (!dir->empty())
+        return Unimplemented("--output-logit-softcapping with ", flag, ": not supported yet (the distillation hook "
+                             "sees the logits before the cap)");
+  }
   if (m.post_norm) {
     if (m.enable_mhc_connections) return Unimplemented("--post-norm with --enable-mhc-connections: not supported yet");
     if (!m.heterogeneous_layers_config_path.empty())

@@ -97,6 +97,15 @@ TEST(Gemma2Arguments, RefusedValuesAndCombinations) {
         "--qk-pos-emb-head-dim", "8", "--v-head-dim", "16"},
        "--attn-logit-softcapping with --multi-latent-attention: not supported (MindSpeed-LLM applies it to Gemma-2's "
        "standard attention)"},
+      {{"--output-logit-softcapping", "30", "--qad-enable"},
+       "--output-logit-softcapping with --qad-enable: not supported yet (the KL gradient does not go through the "
+       "cap)"},
+      {{"--output-logit-softcapping", "30", "--logits-load-dir", "/tmp/kd"},
+       "--output-logit-softcapping with --logits-load-dir: not supported yet (the distillation hook sees the logits "
+       "before the cap)"},
+      {{"--output-logit-softcapping", "30", "--logits-save-dir", "/tmp/kd", "--logits-save-top-k", "4"},
+       "--output-logit-softcapping with --logits-save-dir: not supported yet (the distillation hook sees the logits "
+       "before the cap)"},
   };
   for (const auto& [flags, want] : cases) {
     Cli cli;
