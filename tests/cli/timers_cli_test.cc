@@ -56,6 +56,15 @@ std::vector<std::string> lines_of(const std::string& output) {
 }
 
 // The minmax and max reports in `output`.
+// Megatron's memory report (train/theoretical_memory.h, train/memory_report.h), which comes between
+// the first log lines and their timer reports, as in Megatron's training_log.
+bool is_memory_report_line(const std::string& line) {
+  for (const char* start : {"[Rank ", "Number of ", "Total number of ", "Theoretical memory footprints",
+                            "compute_activation_memory", "Activation memory footprint", "Memory penalty"})
+    if (line.rfind(start, 0) == 0) return true;
+  return line.empty();
+}
+
 std::vector<Block> blocks_of(const std::string& output) {
   static const std::regex minmax(R"(^    (\S+) \.*: \((\d+\.\d\d), (\d+\.\d\d)\)$)");
   static const std::regex max_only(R"(^    (\S+) \.*: (\d+\.\d\d)$)");
@@ -66,7 +75,9 @@ std::vector<Block> blocks_of(const std::string& output) {
     if (!is_minmax && lines[i] != "max time across ranks (ms):") continue;
     Block b;
     b.header = lines[i];
-    b.after = i > 0 ? lines[i - 1] : "";
+    size_t before = i;  // the line before the report, the memory report's lines skipped
+    while (before > 0 && is_memory_report_line(lines[before - 1])) --before;
+    b.after = before > 0 ? lines[before - 1] : "";
     std::smatch m;
     for (size_t j = i + 1; j < lines.size(); ++j) {
       // Under mpirun another rank's line ("[after training] peak memory ...") can land inside the

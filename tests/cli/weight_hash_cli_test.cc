@@ -39,8 +39,8 @@ void expect_checked(const test::RunResult& run) {
   for (const char* line : {">>> Weight hashes match after 0 iterations...", ">>> Weight hashes match after 2 iterations...",
                            ">>> Weight hashes match after 4 iterations..."})
     EXPECT_NE(run.output.find(line), std::string::npos) << line << "\n" << run.output;
-  EXPECT_EQ(run.output.find("after 1 iterations"), std::string::npos) << run.output;
-  EXPECT_EQ(run.output.find("after 3 iterations"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("Weight hashes match after 1 iterations"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("Weight hashes match after 3 iterations"), std::string::npos) << run.output;
   EXPECT_EQ(run.output.find("Hash not matching"), std::string::npos) << run.output;
 }
 

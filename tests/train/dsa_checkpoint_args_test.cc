@@ -77,14 +77,17 @@ TEST(DsaCheckpointArgs, BadValuesAreErrorsNamingTheArgs) {
   }
 }
 
-// DSA models convert (Hugging Face's DeepseekV32ForCausalLM, Megatron's formats): no variant refusal.
+// DSA models convert (Hugging Face's DeepseekV32ForCausalLM, Megatron's formats), and so do Gated DeltaNet
+// ones; Gated DeltaNet-2 has no Hugging Face architecture.
 TEST(DsaCheckpointArgs, ConversionAcceptsIt) {
   EXPECT_TRUE(refuse_variant_conversion(dsa_model_args(), "ckpt/metadata.json").ok());
   ModelArgs dense = dsa_model_args();
   dense.experimental_attention_variant.clear();
   EXPECT_TRUE(refuse_variant_conversion(dense, "x").ok());
   ModelArgs gdn = dsa_model_args();
-  gdn.experimental_attention_variant = "gdn";
+  gdn.experimental_attention_variant = "gdn";  // Qwen3-Next and Megatron's torch format
+  EXPECT_TRUE(refuse_variant_conversion(gdn, "x").ok());
+  gdn.experimental_attention_variant = "gdn2";  // no Hugging Face architecture holds it
   EXPECT_FALSE(refuse_variant_conversion(gdn, "x").ok());
 }
 
