@@ -11,6 +11,7 @@
 
 #include "model/gpt_model.h"
 #include "model/lora_modules.h"
+#include "model/lora_merge_check.h"
 #include "model_test_batches.h"
 #include "testing.h"
 #include "tiny_model_training.h"
@@ -34,12 +35,6 @@ ModelConfig lora_moe_config() {
   c.lora.alpha = 6.0;
   c.lora.qkv = c.lora.fc1 = c.lora.fc2 = true;
   return c;
-}
-
-void randomise_lora_b(ParamBuffer& pb, uint64_t seed) {
-  for (int id = 0; id < pb.size(); ++id)
-    if (pb.spec(id).name.find(".lora_B.") != std::string::npos)
-      fill_random(pb.param_data(id), pb.spec(id).local_numel(), seed + id, 0.3f);
 }
 
 TEST(LoraExperts, EveryRoutedExpertGetsAdaptersWithPeftNames) {
@@ -76,7 +71,7 @@ TEST(LoraExperts, AdapterGradientsMatchFiniteDifferences) {
   GPTModel model(c, single_process_partition(c), &ops);
   ParamBuffer& pb = model.params();
   pb.initialize(42);
-  randomise_lora_b(pb, 77);
+  testing::randomise_lora_b(pb, 77);
   MicroBatch mb = testing::tiny_batch(c, 2, 7, /*documents=*/false);
   testing::mean_loss(model, mb, true);
   std::vector<float> grads(pb.flat_grads().data<float>(), pb.flat_grads().data<float>() + pb.trainable_numel());
@@ -103,31 +98,7 @@ TEST(LoraExperts, StartsAtTheBaseAndMergesIntoTheExperts) {
   lora.params().initialize(5);
   base.params().initialize(5);
   MicroBatch mb = testing::tiny_batch(lc, 2, 9, /*documents=*/false);
-  Tensor l0 = lora.forward_logits(mb, Tensor()), b0 = base.forward_logits(mb, Tensor());
-  ASSERT_EQ(l0.numel(), b0.numel());
-  EXPECT_EQ(0, std::memcmp(l0.data<float>(), b0.data<float>(), l0.nbytes())) << "B = 0: the adapted model is the base";
-  randomise_lora_b(lora.params(), 3);
-  Tensor adapted = lora.forward_logits(mb, Tensor());
-  const ParamBuffer& lp = lora.params();
-  ParamBuffer& bp = base.params();
-  int merged = 0;
-  for (int id = 0; id < bp.size(); ++id) {
-    const std::string& name = bp.spec(id).name;
-    const bool weight = name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
-    if (!weight || lp.find(lora_a_name(name)) < 0) continue;
-    LoraIds ids{lp.find(lora_a_name(name)), lp.find(lora_b_name(name))};
-    lora_merge(bp.param_data(id), lora_weights(lp, ids, lc.lora.scaling(), sgemm));
-    ++merged;
-  }
-  EXPECT_EQ(merged, 3 + 2 + 2 * 4 * 2);
-  Tensor merged_logits = base.forward_logits(mb, Tensor());
-  double worst = 0.0, moved = 0.0;
-  for (int64_t i = 0; i < adapted.numel(); ++i) {
-    worst = std::max(worst, double(std::fabs(adapted.data<float>()[i] - merged_logits.data<float>()[i])));
-    moved = std::max(moved, double(std::fabs(adapted.data<float>()[i] - b0.data<float>()[i])));
-  }
-  EXPECT_LT(worst, 1e-5);
-  EXPECT_GT(moved, 1e-3);
+  testing::expect_lora_starts_at_base_and_merges(lora, base, lc, mb, 3 + 2 + 2 * 4 * 2, 1e-5, 1e-3);
 }
 
 // The split backward equals lora_backward (model/lora.h) term by term.

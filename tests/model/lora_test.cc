@@ -13,6 +13,7 @@
 #include "core/allocator.h"
 #include "model/gpt_model.h"
 #include "model/linear.h"
+#include "model/lora_merge_check.h"
 #include "optim/optimizer.h"
 #include "model_test_batches.h"
 #include "testing.h"
@@ -140,13 +141,6 @@ MicroBatch make_batch(const ModelConfig& c, int64_t B, uint64_t seed) {
   return testing::tiny_batch(c, B, seed, /*documents=*/false);
 }
 
-// Gives every lora_B random values (they start at zero, which would make every dA zero).
-void randomise_lora_b(ParamBuffer& pb, uint64_t seed) {
-  for (int id = 0; id < pb.size(); ++id)
-    if (pb.spec(id).name.find(".lora_B.") != std::string::npos)
-      fill_random(pb.param_data(id), pb.spec(id).local_numel(), seed + id, 0.3f);
-}
-
 class LoraModel : public ::testing::TestWithParam<bool> {};
 
 TEST_P(LoraModel, OnlyAdaptersTrainAndTheirGradientsMatchFiniteDifferences) {
@@ -155,7 +149,7 @@ TEST_P(LoraModel, OnlyAdaptersTrainAndTheirGradientsMatchFiniteDifferences) {
   GPTModel model(c, single_process_partition(c), &ops);
   ParamBuffer& pb = model.params();
   pb.initialize(42);
-  randomise_lora_b(pb, 77);
+  testing::randomise_lora_b(pb, 77);
   int64_t adapters = 0, lora_numel = 0;
   for (int id = 0; id < pb.size(); ++id) {
     const ParamSpec& s = pb.spec(id);
@@ -208,33 +202,8 @@ TEST_P(LoraModel, StartsExactlyAtTheBaseModelAndMergesIntoIt) {
     }
   }
   MicroBatch mb = make_batch(lc, 2, 9);
-  Tensor l0 = lora.forward_logits(mb, Tensor()), b0 = base.forward_logits(mb, Tensor());
-  ASSERT_EQ(l0.numel(), b0.numel());
-  EXPECT_EQ(0, std::memcmp(l0.data<float>(), b0.data<float>(), l0.nbytes())) << "B = 0: the adapted model is the base";
-
   // Trained-looking adapters, merged into the base: W += (alpha / r)·B·A gives the same logits.
-  randomise_lora_b(lora.params(), 3);
-  Tensor adapted = lora.forward_logits(mb, Tensor());
-  ParamBuffer& bp = base.params();
-  int merged = 0;
-  for (int id = 0; id < bp.size(); ++id) {
-    const std::string& name = bp.spec(id).name;
-    const bool weight = name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
-    if (!weight || lp.find(lora_a_name(name)) < 0) continue;
-    LoraIds ids{lp.find(lora_a_name(name)), lp.find(lora_b_name(name))};
-    lora_merge(bp.param_data(id), lora_weights(lp, ids, lc.lora.scaling(), sgemm));
-    ++merged;
-  }
-  EXPECT_EQ(merged, 4 * lc.num_layers);
-  Tensor merged_logits = base.forward_logits(mb, Tensor());
-  double worst = 0.0;
-  for (int64_t i = 0; i < adapted.numel(); ++i)
-    worst = std::max(worst, double(std::fabs(adapted.data<float>()[i] - merged_logits.data<float>()[i])));
-  EXPECT_LT(worst, 1e-5);
-  double moved = 0.0;  // and the adapters did change the output
-  for (int64_t i = 0; i < adapted.numel(); ++i)
-    moved = std::max(moved, double(std::fabs(adapted.data<float>()[i] - b0.data<float>()[i])));
-  EXPECT_GT(moved, 1e-3);
+  testing::expect_lora_starts_at_base_and_merges(lora, base, lc, mb, 4 * static_cast<int>(lc.num_layers), 1e-5, 1e-3);
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, LoraModel, ::testing::Values(false, true),
@@ -250,8 +219,8 @@ TEST(LoraModel, Bf16RunsCloseToF32) {
   GPTModel b16(c, single_process_partition(c), &ops);
   f32.params().initialize(8);
   b16.params().initialize(8);
-  randomise_lora_b(f32.params(), 4);
-  randomise_lora_b(b16.params(), 4);
+  testing::randomise_lora_b(f32.params(), 4);
+  testing::randomise_lora_b(b16.params(), 4);
   b16.params().refresh_gemm_copy();
   const MicroBatch mb = make_batch(c, 2, 13);
   testing::mean_loss(f32, mb, true);
