@@ -1011,24 +1011,35 @@ Status gale_to_llama(const HfModel& m, Mapper& mp) {
   return Status::Ok();
 }
 
+// One tensor between its Hugging Face name and its Gale name, either way, unchanged.
+Status move_tensor(Mapper& mp, bool to_gale, const std::string& hf, const std::string& gale, const Shape& shape) {
+  GALE_ASSIGN_OR_RETURN(Tensor t, mp.get(to_gale ? hf : gale, shape));
+  mp.put(to_gale ? gale : hf, std::move(t));
+  return Status::Ok();
+}
+
+// A [vocabulary, H] tensor either way: V rows in Hugging Face's, padded to Vp in Gale's.
+Status move_vocab_rows(Mapper& mp, bool to_gale, const std::string& hf, const std::string& gale, const Dims& d) {
+  if (to_gale) {
+    GALE_ASSIGN_OR_RETURN(Tensor t, mp.get(hf, {d.V, d.H}));
+    mp.put(gale, pad_rows(t, d.Vp));
+  } else {
+    GALE_ASSIGN_OR_RETURN(Tensor t, mp.get(gale, {d.Vp, d.H}));
+    mp.put(hf, rows(t, 0, d.V));
+  }
+  return Status::Ok();
+}
+
 // InternLM2 both ways: its names around LLaMA's block; attention.wqkv is already Megatron's grouped
 // linear_qkv (per key/value group: its query heads, k, v), copied as is; feed_forward w1 (gate), w3 (up)
 // -> linear_fc1 [gate; up], w2 -> linear_fc2.
 Status map_internlm2(const HfModel& m, Mapper& mp, bool to_gale) {
   const Dims d = dims(m);
   const int64_t qkv_rows = (d.NH + 2 * d.KV) * d.HD;
-  auto one = [&](const std::string& hf, const std::string& gale, const Shape& shape) -> Status {
-    GALE_ASSIGN_OR_RETURN(Tensor t, mp.get(to_gale ? hf : gale, shape));
-    mp.put(to_gale ? gale : hf, std::move(t));
-    return Status::Ok();
+  auto one = [&](const std::string& hf, const std::string& gale, const Shape& shape) {
+    return move_tensor(mp, to_gale, hf, gale, shape);
   };
-  if (to_gale) {
-    GALE_ASSIGN_OR_RETURN(Tensor emb, mp.get("model.tok_embeddings.weight", {d.V, d.H}));
-    mp.put("embedding.word_embeddings.weight", pad_rows(emb, d.Vp));
-  } else {
-    GALE_ASSIGN_OR_RETURN(Tensor emb, mp.get("embedding.word_embeddings.weight", {d.Vp, d.H}));
-    mp.put("model.tok_embeddings.weight", rows(emb, 0, d.V));
-  }
+  GALE_RETURN_IF_ERROR(move_vocab_rows(mp, to_gale, "model.tok_embeddings.weight", "embedding.word_embeddings.weight", d));
   for (int64_t i = 0; i < m.model.num_layers; ++i) {
     GALE_RETURN_IF_ERROR(one(llama_layer(i, "attention_norm.weight"), gale_layer(i, "input_layernorm.weight"), {d.H}));
     GALE_RETURN_IF_ERROR(one(llama_layer(i, "attention.wqkv.weight"), gale_layer(i, "self_attention.linear_qkv.weight"),
@@ -1049,14 +1060,7 @@ Status map_internlm2(const HfModel& m, Mapper& mp, bool to_gale) {
   }
   GALE_RETURN_IF_ERROR(one("model.norm.weight", "decoder.final_layernorm.weight", {d.H}));
   if (!m.model.untie_embeddings_and_output_weights) return Status::Ok();
-  if (to_gale) {
-    GALE_ASSIGN_OR_RETURN(Tensor head, mp.get("output.weight", {d.V, d.H}));
-    mp.put("output_layer.weight", pad_rows(head, d.Vp));
-  } else {
-    GALE_ASSIGN_OR_RETURN(Tensor head, mp.get("output_layer.weight", {d.Vp, d.H}));
-    mp.put("output.weight", rows(head, 0, d.V));
-  }
-  return Status::Ok();
+  return move_vocab_rows(mp, to_gale, "output.weight", "output_layer.weight", d);
 }
 
 // Phi-3 both ways: LLaMA's names but self_attn.qkv_proj = [q NH·HD; k KV·HD; v KV·HD] (regrouped per key/value
@@ -1064,18 +1068,10 @@ Status map_internlm2(const HfModel& m, Mapper& mp, bool to_gale) {
 Status map_phi3(const HfModel& m, Mapper& mp, bool to_gale) {
   const Dims d = dims(m);
   const int64_t qkv_rows = (d.NH + 2 * d.KV) * d.HD;
-  auto one = [&](const std::string& hf, const std::string& gale, const Shape& shape) -> Status {
-    GALE_ASSIGN_OR_RETURN(Tensor t, mp.get(to_gale ? hf : gale, shape));
-    mp.put(to_gale ? gale : hf, std::move(t));
-    return Status::Ok();
+  auto one = [&](const std::string& hf, const std::string& gale, const Shape& shape) {
+    return move_tensor(mp, to_gale, hf, gale, shape);
   };
-  if (to_gale) {
-    GALE_ASSIGN_OR_RETURN(Tensor emb, mp.get("model.embed_tokens.weight", {d.V, d.H}));
-    mp.put("embedding.word_embeddings.weight", pad_rows(emb, d.Vp));
-  } else {
-    GALE_ASSIGN_OR_RETURN(Tensor emb, mp.get("embedding.word_embeddings.weight", {d.Vp, d.H}));
-    mp.put("model.embed_tokens.weight", rows(emb, 0, d.V));
-  }
+  GALE_RETURN_IF_ERROR(move_vocab_rows(mp, to_gale, "model.embed_tokens.weight", "embedding.word_embeddings.weight", d));
   for (int64_t i = 0; i < m.model.num_layers; ++i) {
     GALE_RETURN_IF_ERROR(one(llama_layer(i, "input_layernorm.weight"), gale_layer(i, "input_layernorm.weight"), {d.H}));
     if (to_gale) {
