@@ -65,6 +65,20 @@ class LoraCli : public ::testing::Test {
     return sft(dir_.file("sft"), iters,
                plus(plus({"--lr", "1e-2", "--load", dir_.file("base"), "--finetune"}, kLora), extra));
   }
+  // `gale evaluate --task ppl` of checkpoint `load` (then `extra`) on two short documents: the logged lm loss.
+  double ppl(const std::string& load, const std::string& extra) {
+    {
+      std::ofstream docs(dir_.file("docs.jsonl"));
+      docs << "{\"text\": \"Give three tips for staying healthy.\"}\n{\"text\": \"What is the capital of France?\"}\n";
+    }
+    auto e = testing::run_gale("evaluate --load " + load + " --use-checkpoint-args --tokenizer-type HuggingFaceTokenizer "
+                               "--tokenizer-model " + kQwen + " --task ppl --task-data-path " + dir_.file("docs.jsonl") +
+                               extra, dir_.path());
+    EXPECT_EQ(e.exit_code, 0) << e.err << e.out;
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(e.out, m, std::regex(R"(\| lm loss: ([0-9.E+-]+) \|)"))) << e.out;
+    return m.empty() ? 0.0 : std::stod(m[1]);
+  }
   testing::TempDir dir_;
 };
 
@@ -141,19 +155,6 @@ TEST_F(LoraCli, FineTunesTheAdaptersOnlyAndResumesExactly) {
                                     dir_.file("hf_merged") + " --save-dir " + dir_.file("gale_merged"),
                                 dir_.path());
   ASSERT_EQ(back.exit_code, 0) << back.err;
-  {
-    std::ofstream docs(dir_.file("docs.jsonl"));
-    docs << "{\"text\": \"Give three tips for staying healthy.\"}\n{\"text\": \"What is the capital of France?\"}\n";
-  }
-  auto ppl = [&](const std::string& load, const std::string& extra) {
-    auto e = testing::run_gale("evaluate --load " + load + " --use-checkpoint-args --tokenizer-type HuggingFaceTokenizer "
-                               "--tokenizer-model " + kQwen + " --task ppl --task-data-path " + dir_.file("docs.jsonl") +
-                               extra, dir_.path());
-    EXPECT_EQ(e.exit_code, 0) << e.err << e.out;
-    std::smatch m;
-    EXPECT_TRUE(std::regex_search(e.out, m, std::regex(R"(\| lm loss: ([0-9.E+-]+) \|)"))) << e.out;
-    return m.empty() ? 0.0 : std::stod(m[1]);
-  };
   // And merged straight into a Gale checkpoint (gale -> gale), MindSpeed-LLM's mg -> mg merge.
   auto gale_gale = testing::run_gale("convert --load-model-type gale --save-model-type gale --load-dir " +
                                          dir_.file("base") + " --save-dir " + dir_.file("gale_direct") + lora_flags,
@@ -280,19 +281,6 @@ TEST_F(LoraCli, ModulesToSaveTrainSaveResumeAndMerge) {
   ASSERT_TRUE(mr.ok());
   Tensor e2 = mr.value().read(emb, shape, DType::kF32).value();
   EXPECT_EQ(0, std::memcmp(e1.raw(), e2.raw(), e1.nbytes())) << "the merged embedding is not the trained one";
-  {
-    std::ofstream docs(dir_.file("docs.jsonl"));
-    docs << "{\"text\": \"Give three tips for staying healthy.\"}\n{\"text\": \"What is the capital of France?\"}\n";
-  }
-  auto ppl = [&](const std::string& load, const std::string& extra) {
-    auto e = testing::run_gale("evaluate --load " + load + " --use-checkpoint-args --tokenizer-type HuggingFaceTokenizer "
-                               "--tokenizer-model " + kQwen + " --task ppl --task-data-path " + dir_.file("docs.jsonl") +
-                               extra, dir_.path());
-    EXPECT_EQ(e.exit_code, 0) << e.err << e.out;
-    std::smatch found;
-    EXPECT_TRUE(std::regex_search(e.out, found, std::regex(R"(\| lm loss: ([0-9.E+-]+) \|)"))) << e.out;
-    return found.empty() ? 0.0 : std::stod(found[1]);
-  };
   const double with_adapters = ppl(dir_.file("base"), lora_flags), merged_direct = ppl(dir_.file("merged"), "");
   EXPECT_NEAR(with_adapters, merged_direct, 1e-6 * merged_direct);
   // The flag, when given to a merge, must agree with the checkpoint's record.
@@ -367,19 +355,6 @@ TEST_F(LoraCli, MoeExpertAdaptersSaveResumeAndMerge) {
                                   dir_.path());
   ASSERT_EQ(merged.exit_code, 0) << merged.err;
   EXPECT_NE(merged.out.find("(20 merged)"), std::string::npos) << merged.out;  // 2 x (qkv, proj, 4 x fc1, 4 x fc2)
-  {
-    std::ofstream docs(dir_.file("docs.jsonl"));
-    docs << "{\"text\": \"Give three tips for staying healthy.\"}\n{\"text\": \"What is the capital of France?\"}\n";
-  }
-  auto ppl = [&](const std::string& load, const std::string& extra) {
-    auto e = testing::run_gale("evaluate --load " + load + " --use-checkpoint-args --tokenizer-type HuggingFaceTokenizer "
-                               "--tokenizer-model " + kQwen + " --task ppl --task-data-path " + dir_.file("docs.jsonl") +
-                               extra, dir_.path());
-    EXPECT_EQ(e.exit_code, 0) << e.err << e.out;
-    std::smatch found;
-    EXPECT_TRUE(std::regex_search(e.out, found, std::regex(R"(\| lm loss: ([0-9.E+-]+) \|)"))) << e.out;
-    return found.empty() ? 0.0 : std::stod(found[1]);
-  };
   const double with_adapters = ppl(dir_.file("moe_base"), lora_flags), merged_direct = ppl(dir_.file("moe_merged"), "");
   const double base_only = ppl(dir_.file("moe_base"), "");
   EXPECT_NEAR(with_adapters, merged_direct, 1e-6 * merged_direct);
