@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "cli/log_line.h"
+#include "cli/logits_kd_cli_util.h"
 #include "cli/mpi_cli.h"
 #include "data/data_test_util.h"
 #include "subprocess.h"
@@ -25,21 +26,10 @@ using testing::TempDir;
 
 constexpr int64_t kS = 32, kMicroBatches = 4, kTopK = 8;
 
-// A tiny 4-layer model (no dropout), 4 samples per iteration in micro-batches of 1, 2 iterations.
-std::vector<std::string> model(std::vector<std::string> extra) {
-  std::vector<std::string> argv = {
-      "pretrain", "--num-layers", "4", "--hidden-size", "64", "--num-attention-heads", "4", "--ffn-hidden-size", "128",
-      "--seq-length", "32", "--max-position-embeddings", "32", "--micro-batch-size", "1", "--global-batch-size", "4",
-      "--train-iters", "2", "--lr", "3e-3", "--mock-data", "--vocab-size", "4095", "--log-interval", "1",
-      "--eval-iters", "0", "--num-threads", "1", "--attention-dropout", "0", "--hidden-dropout", "0"};
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  return argv;
-}
+// A tiny 4-layer model, 4 samples per iteration in micro-batches of 1, 2 iterations (tests/cli/logits_kd_cli_util.h).
+std::vector<std::string> model(std::vector<std::string> extra) { return testing::kd_tiny_model(4, extra); }
 
-test::RunResult gale(int np, std::vector<std::string> flags) {
-  return test::run_with_timeout(testing::launch_argv(np, {GALE_BINARY}, model(std::move(flags))),
-                                np > 1 ? testing::kMpiEnv : std::vector<std::string>{}, 300);
-}
+test::RunResult gale(int np, std::vector<std::string> flags) { return testing::run_kd_tiny_model(np, 4, flags); }
 
 std::vector<std::string> teacher_flags(const std::string& dir, std::vector<std::string> extra) {
   std::vector<std::string> f = {"--init-method-std", "0.2", "--freeze-all-layers", "--logits-save-dir", dir,
