@@ -65,6 +65,11 @@ bool is_memory_report_line(const std::string& line) {
   return line.empty();
 }
 
+// A line another rank may print while the last rank prints a report.
+bool is_other_rank_line(const std::string& line) {
+  return is_memory_report_line(line) || line[0] == '[';
+}
+
 std::vector<Block> blocks_of(const std::string& output) {
   static const std::regex minmax(R"(^    (\S+) \.*: \((\d+\.\d\d), (\d+\.\d\d)\)$)");
   static const std::regex max_only(R"(^    (\S+) \.*: (\d+\.\d\d)$)");
@@ -80,9 +85,10 @@ std::vector<Block> blocks_of(const std::string& output) {
     b.after = before > 0 ? lines[before - 1] : "";
     std::smatch m;
     for (size_t j = i + 1; j < lines.size(); ++j) {
-      // Under mpirun another rank's line ("[after training] peak memory ...") can land inside the
-      // report: mpirun forwards each rank's output in chunks of its own.
-      if (!lines[j].empty() && lines[j][0] == '[') continue;
+      // Under mpirun another rank's lines ("[after training] peak memory ...", rank 0's memory
+      // report while the last pipeline stage prints this report) can land inside the report:
+      // mpirun forwards each rank's output in chunks of its own.
+      if (is_other_rank_line(lines[j])) continue;
       if (!std::regex_match(lines[j], m, is_minmax ? minmax : max_only)) break;
       b.names.push_back(m[1]);
       const double lo = std::stod(m[2]), hi = is_minmax ? std::stod(m[3]) : lo;
@@ -278,7 +284,7 @@ TEST(GaleTimers, ReportsAcrossTwoPipelineRanks) {
       ranks[current].push_back(m[1]);
     } else if (lines[i].size() > 3 && lines[i].rfind("  ", 0) == 0 && lines[i][2] != ' ' && lines[i].back() == ':') {
       current = lines[i].substr(2, lines[i].size() - 3);
-    } else {
+    } else if (!is_other_rank_line(lines[i])) {
       break;
     }
   }
