@@ -113,7 +113,8 @@ TEST(KernelFeatures, PartitionedGemmSwitchOff) {
 }
 
 TEST(KernelFeatures, RequirementsNameBothFlags) {
-  EXPECT_EQ(ResolvedFeatures({"--use-fused-swiglu"}).status.message(), "--use-fused-swiglu requires --swiglu");
+  EXPECT_EQ(ResolvedFeatures({"--use-fused-swiglu"}).status.message(),
+            "--use-fused-swiglu requires --swiglu (or GeGLU: --geglu, --gelu-tanh)");
   EXPECT_EQ(ResolvedFeatures({"--use-fused-rmsnorm"}).status.message(), "--use-fused-rmsnorm requires --normalization RMSNorm");
   EXPECT_EQ(ResolvedFeatures({"--use-fused-rotary-pos-emb"}).status.message(),
             "--use-fused-rotary-pos-emb requires --position-embedding-type rope or yarn");
