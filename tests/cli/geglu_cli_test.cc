@@ -22,9 +22,10 @@ const std::string kMoe =
 // exact and the tanh GeLU give different losses (TanhAndExactGatesDiffer).
 std::vector<double> losses_at(const std::string& model, const char* level, const std::string& dir, std::string* out) {
   const std::string fused = std::string(level) == "2" ? " --use-fused-swiglu" : "";
-  testing::CommandResult r = testing::run_gale("pretrain " + testing::kTinyMockGpt + " --init-method-std 0.2" + model + fused +
-                                                   " --optimization-level " + level + " --train-iters 3",
-                                               dir);
+  testing::CommandResult r =
+      testing::run_gale("pretrain " + testing::kTinyMockGpt + " --init-method-std 0.2" + model + fused +
+                            " --optimization-level " + level + " --train-iters 3",
+                        dir);
   EXPECT_EQ(r.exit_code, 0) << model << "\n" << r.err;
   *out = r.out;
   return testing::logged_values(r.out, "lm loss");
