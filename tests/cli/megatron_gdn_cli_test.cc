@@ -89,7 +89,7 @@ TEST(MegatronGdnCli, EveryLayoutTrainsAsTp1) {
 }
 
 // Megatron's torch_dist at TP 1 and TP 2 (tools/reference/megatron_gdn_dsa_torch_dist_reference.py) and torch_dcp at
-// TP 1: loaded at Gale's TP 1 (TP 2 resharded to TP 1) and TP 2, they train as the torch format's TP 1 files do.
+// TP 1: loaded at Gale's TP 1 (TP 2 resharded to TP 1), TP 2 and PP 2, they train as the torch format's TP 1 files do.
 TEST(MegatronGdnCli, TorchDistAndDcpTrainAsTp1) {
   TempDir tmp;
   write_dataset(tmp.file("data_text_document"));
@@ -98,6 +98,8 @@ TEST(MegatronGdnCli, TorchDistAndDcpTrainAsTp1) {
   expect_same(losses(tmp, "gdn", megatron("gdn/torch_dist_tp1"), 1), base, "torch_dist_tp1 at TP 1");
   expect_same(losses(tmp, "gdn", megatron("gdn/torch_dist_tp2"), 1), base, "torch_dist_tp2 at TP 1");
   expect_same(losses(tmp, "gdn", megatron("gdn/torch_dist_tp2"), 2), base, "torch_dist_tp2 at TP 2");
+  expect_same(losses(tmp, "gdn", megatron("gdn/torch_dist_tp2"), 2, "--pipeline-model-parallel-size"), base,
+              "torch_dist_tp2 at PP 2");
   expect_same(losses(tmp, "gdn", megatron("gdn/torch_dcp_tp1"), 1), base, "torch_dcp_tp1 at TP 1");
   const std::vector<double> base2 = losses(tmp, "gdn2", megatron("gdn2/tp1"), 1);
   expect_same(losses(tmp, "gdn2", megatron("gdn2/torch_dist_tp2"), 2), base2, "gdn2 torch_dist_tp2 at TP 2");
