@@ -10,12 +10,6 @@ namespace gale {
 
 namespace {
 
-struct Joined {
-  std::string base;                                 // "<layer>.self_attention.in_proj.weight"
-  std::vector<std::string> names;                   // Megatron's section order
-  std::vector<int64_t> rows;                        // each section's rows (args)
-};
-
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
