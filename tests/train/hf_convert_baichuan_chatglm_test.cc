@@ -262,6 +262,30 @@ TEST(HfConvertChatGLM, ForConditionalGenerationNameAndModelTypeHf) {
                                                         "/config.json, which describes a BaichuanForCausalLM");
 }
 
+// multi_query_attention false: multi-head (multi_query_group_num unread); padded_vocab_size is the vocabulary
+// (a tokenizer's vocab_size key is not); no kv_channels: hidden / heads.
+TEST(HfConvertChatGLM, ConfigReadsMultiHeadAndThePaddedVocabulary) {
+  nlohmann::json j = read_json(fixture("chatglm3") + "/config.json");
+  j["multi_query_attention"] = false;
+  j["vocab_size"] = 7;
+  j.erase("kv_channels");
+  j.erase("rope_ratio");
+  auto m = hf_model_from_config(j, "config.json", 128, 1);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->arch, HfArchitecture::kChatGLM);
+  EXPECT_EQ(m->model.num_kv_heads, 4);
+  EXPECT_FALSE(m->model.group_query_attention);
+  EXPECT_EQ(m->model.kv_channels, 16);
+  EXPECT_EQ(m->model.rotary_base, 10000);
+  EXPECT_EQ(m->vocab_size, 100);
+  EXPECT_EQ(m->model.padded_vocab_size, 128);
+  EXPECT_EQ(m->model.rotary_percent, 0.5);
+  EXPECT_TRUE(m->model.rotary_interleaved);
+  EXPECT_TRUE(m->model.add_qkv_bias);
+  j.erase("add_qkv_bias");  // ChatGLMConfig's default: false
+  EXPECT_FALSE(hf_model_from_config(j, "config.json", 128, 1)->model.add_qkv_bias);
+}
+
 TEST(HfConvertErrors, ChatGLMOptionsGaleDoesNotHave) {
   TempDir tmp;
   const std::string dir = copy_fixture(tmp, "chatglm3");
