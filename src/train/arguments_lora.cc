@@ -80,23 +80,15 @@ Status validate_lora_args(Arguments& a, const ArgParser& p) {
       return InvalidArgument("--lora-modules-to-save needs --lora-target-modules (LoRA is on when it names a linear)");
     return Status::Ok();
   }
-  // MoE layers: the routed experts' linear_fc1 / linear_fc2 take adapters (model/lora_expert.h),
-  // whole on each rank (expert TP 1), with EP, expert-DP, TP (experts whole, partial gradients
-  // all-reduced) and PP.
+  // MoE layers: the routed experts' linear_fc1 / linear_fc2 take adapters (model/lora_expert.h) with
+  // EP, expert-DP, TP (experts whole, partial gradients all-reduced), expert TP (the adapters split
+  // as the experts: --expert-tensor-parallel-size is 1 or TP, arguments_moe.cc) and PP; the shared
+  // experts' take them too, split over TP as the dense MLP's (model/moe_shared_expert.h).
   const bool expert_targets = std::find(l.lora_target_modules.begin(), l.lora_target_modules.end(), "linear_fc1") !=
                                   l.lora_target_modules.end() ||
                               std::find(l.lora_target_modules.begin(), l.lora_target_modules.end(), "linear_fc2") !=
                                   l.lora_target_modules.end();
   if (a.moe.enabled() && expert_targets) {
-    const int64_t etp = a.moe.expert_tensor_parallel_size == kUnset ? a.parallel.tensor_model_parallel_size
-                                                                     : a.moe.expert_tensor_parallel_size;
-    if (etp > 1)
-      return Unimplemented("--lora-target-modules linear_fc1/linear_fc2 with --num-experts and "
-                           "--expert-tensor-parallel-size ", etp, ": not supported yet (expected 1: the experts' "
-                           "adapters are not split; give --expert-tensor-parallel-size 1)");
-    if (a.moe.moe_shared_expert_intermediate_size != kUnset && a.moe.moe_shared_expert_intermediate_size > 0)
-      return Unimplemented("--lora-target-modules linear_fc1/linear_fc2 with --moe-shared-expert-intermediate-size: "
-                           "not supported yet (the shared experts' adapters)");
     for (const char* flag : {"--balanced-moe-experts", "--enable-expert-placement", "--moe-zero-memory", "--moe-tp-extend-ep"})
       if (p.was_set(flag))
         return Unimplemented("--lora-target-modules linear_fc1/linear_fc2 with --num-experts and ", flag,
