@@ -96,6 +96,14 @@ TEST(LoraArguments, ErrorsNameTheFlag) {
   EXPECT_TRUE(shared.parse_minimal({"--lora-target-modules", "linear_fc2", "--num-experts", "4",
                                     "--moe-shared-expert-intermediate-size", "8", "--disable-bias-linear"}).ok())
       << "LoRA on the shared experts";
+  const std::vector<std::string> overlap = {"--moe-token-dispatcher-type", "alltoall", "--moe-permutation-async-comm",
+                                            "--moe-grouped-gemm"};
+  Cli extend;
+  std::vector<std::string> flags = {"--lora-target-modules", "linear_fc1", "--num-experts", "4",
+                                    "--tensor-model-parallel-size", "2", "--sequence-parallel", "--moe-tp-extend-ep"};
+  flags.insert(flags.end(), overlap.begin(), overlap.end());
+  const Status x = extend.parse_minimal(flags, 2);
+  EXPECT_TRUE(x.ok()) << "LoRA on the routed experts with --moe-tp-extend-ep: " << x.message();
   Cli attn_only;  // attention adapters only: the experts' restrictions do not apply
   EXPECT_TRUE(attn_only.parse_minimal({"--lora-target-modules", "linear_qkv", "--num-experts", "4",
                                        "--tensor-model-parallel-size", "2", "--sequence-parallel"}, 2).ok());
