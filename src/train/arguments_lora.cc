@@ -89,18 +89,14 @@ Status validate_lora_args(Arguments& a, const ArgParser& p) {
                               std::find(l.lora_target_modules.begin(), l.lora_target_modules.end(), "linear_fc2") !=
                                   l.lora_target_modules.end();
   if (a.moe.enabled() && expert_targets) {
-    // --moe-zero-memory (the experts' fc1 rerun with its adapter) and --moe-tp-extend-ep (experts
-    // spread over TP x EP, whole: adapters placed with them) work; these two move expert weights
-    // between ranks, which the adapters do not follow.
+    // --moe-zero-memory (the experts' fc1 rerun with its adapter), --moe-tp-extend-ep (experts
+    // spread over TP x EP, whole: adapters placed with them) and --enable-expert-placement (the
+    // adapters migrate with their expert, train/expert_placer.h) work; the hot experts' replicas
+    // do not carry adapters.
     if (p.was_set("--balanced-moe-experts"))
       return Unimplemented("--lora-target-modules linear_fc1/linear_fc2 with --num-experts and --balanced-moe-experts: "
                            "not supported yet (the hot experts' replicas on other ranks carry no adapters; drop "
                            "--balanced-moe-experts or adapt only linear_qkv / linear_proj)");
-    if (p.was_set("--enable-expert-placement"))
-      return Unimplemented("--lora-target-modules linear_fc1/linear_fc2 with --num-experts and --enable-expert-placement: "
-                           "not supported yet (placement moves experts between ranks, and their adapters and the "
-                           "adapters' optimizer state do not move with them; drop --enable-expert-placement or adapt "
-                           "only linear_qkv / linear_proj)");
   }
   return Status::Ok();
 }

@@ -516,11 +516,6 @@ TEST_F(LoraCli, FlagErrorsAreOneLine) {
        "--lora-target-modules linear_fc1/linear_fc2 with --num-experts and --balanced-moe-experts: not supported yet "
        "(the hot experts' replicas on other ranks carry no adapters; drop --balanced-moe-experts or adapt only "
        "linear_qkv / linear_proj)"},
-      {{"--lora-target-modules", "linear_fc2", "--num-experts", "4", "--moe-token-dispatcher-type", "alltoall",
-        "--enable-expert-placement"},
-       "--lora-target-modules linear_fc1/linear_fc2 with --num-experts and --enable-expert-placement: not supported "
-       "yet (placement moves experts between ranks, and their adapters and the adapters' optimizer state do not "
-       "move with them; drop --enable-expert-placement or adapt only linear_qkv / linear_proj)"},
   };
   for (const Case& c : cases) {
     test::RunResult r = test::run_with_timeout(sft(dir_.file("sft"), 2, plus({"--lr", "1e-3"}, c.extra)), {}, 120);
