@@ -1,6 +1,4 @@
 // The LoRA fine-tuning flags (MindSpeed-LLM names and defaults) and their checks.
-#include <algorithm>
-
 #include "train/arguments.h"
 
 namespace gale {
@@ -82,22 +80,10 @@ Status validate_lora_args(Arguments& a, const ArgParser& p) {
   }
   // MoE layers: the routed experts' linear_fc1 / linear_fc2 take adapters (model/lora_expert.h) with
   // EP, expert-DP, TP (experts whole, partial gradients all-reduced), expert TP (the adapters split
-  // as the experts: --expert-tensor-parallel-size is 1 or TP, arguments_moe.cc) and PP; the shared
+  // as the experts: --expert-tensor-parallel-size is 1 or TP, arguments_moe.cc) and PP, with
+  // --moe-zero-memory, --moe-tp-extend-ep, --enable-expert-placement (the adapters migrate with
+  // their expert) and --balanced-moe-experts (the hot experts' replicas carry them); the shared
   // experts' take them too, split over TP as the dense MLP's (model/moe_shared_expert.h).
-  const bool expert_targets = std::find(l.lora_target_modules.begin(), l.lora_target_modules.end(), "linear_fc1") !=
-                                  l.lora_target_modules.end() ||
-                              std::find(l.lora_target_modules.begin(), l.lora_target_modules.end(), "linear_fc2") !=
-                                  l.lora_target_modules.end();
-  if (a.moe.enabled() && expert_targets) {
-    // --moe-zero-memory (the experts' fc1 rerun with its adapter), --moe-tp-extend-ep (experts
-    // spread over TP x EP, whole: adapters placed with them) and --enable-expert-placement (the
-    // adapters migrate with their expert, train/expert_placer.h) work; the hot experts' replicas
-    // do not carry adapters.
-    if (p.was_set("--balanced-moe-experts"))
-      return Unimplemented("--lora-target-modules linear_fc1/linear_fc2 with --num-experts and --balanced-moe-experts: "
-                           "not supported yet (the hot experts' replicas on other ranks carry no adapters; drop "
-                           "--balanced-moe-experts or adapt only linear_qkv / linear_proj)");
-  }
   return Status::Ok();
 }
 
