@@ -24,7 +24,7 @@ LinearWeight weight(const OpTable& ops, const ParamBuffer& pb, int id) {
   return linear_weight(pb, id, ops.gemm, ops.bf16_gemm);
 }
 
-// The LoRA adapter of the shared expert's linear `id` (registered beside it), or null a when not adapted.
+// The LoRA adapter of the shared expert's linear `id` (registered beside it); a null when not adapted.
 LoraWeights adapter(const ModelConfig& c, const OpTable& ops, const ParamBuffer& pb, int id) {
   if (!c.lora.enabled()) return LoraWeights{};
   const LoraIds ids{pb.find(lora_a_name(pb.spec(id).name)), pb.find(lora_b_name(pb.spec(id).name))};

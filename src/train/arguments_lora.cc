@@ -33,7 +33,7 @@ void add_lora_args(ArgParser& p, LoraArgs& a) {
   p.add_compat("--lora-ckpt-filter", false, "with LoRA Gale always saves only the adapters (docs/model.md)");
 }
 
-Status validate_lora_args(Arguments& a, const ArgParser& p) {
+Status validate_lora_args(Arguments& a, const ArgParser& /*p: no flag-presence checks left*/) {
   LoraArgs& l = a.lora;
   if (l.lora_r < 0 || (l.enabled() && l.lora_r == 0))
     return InvalidArgument("--lora-r: expected a positive integer, found ", l.lora_r);
