@@ -22,7 +22,6 @@ ParamSpec like_expert(ParamSpec s, const ParamSpec& weight) {
 LoraIds register_expert_lora(ParamBuffer& pb, const LoraConfig& c, const ParamSpec& weight) {
   GALE_CHECK_GT(c.r, 0);
   GALE_CHECK_EQ(weight.global_shape.size(), 2u) << weight.name;
-  GALE_CHECK(weight.split_parts <= 1) << weight.name << ": expert LoRA needs whole experts (expert TP 1)";
   const int64_t out = weight.global_shape[0], in = weight.global_shape[1];
   const float bound = 1.0f / std::sqrt(static_cast<float>(in));  // kaiming_uniform_(a = sqrt(5)), as lora.cc
   ParamSpec a = like_expert(make_param_spec(lora_a_name(weight.name), {c.r, in}, InitKind::kUniform, bound, true), weight);
@@ -30,6 +29,16 @@ LoraIds register_expert_lora(ParamBuffer& pb, const LoraConfig& c, const ParamSp
   if (weight.expert_parallel) {
     a.global_name = lora_a_name(weight.global_name);
     b.global_name = lora_b_name(weight.global_name);
+  }
+  if (weight.split_parts > 1) {  // expert TP: split as the weight, the whole factor's gradient partial
+    GALE_CHECK(weight.split_dim == 0 || weight.split_dim == 1) << weight.name;
+    GALE_CHECK(!weight.sequence_parallel) << weight.name << ": a split expert's gradient is not partial";
+    ParamSpec& split = weight.split_dim == 0 ? b : a;  // fc1: B on out; fc2: A on in
+    split.split_dim = weight.split_dim;
+    split.split_blocks = weight.split_dim == 0 ? weight.split_blocks : 1;
+    split.split_parts = weight.split_parts;
+    split.split_rank = weight.split_rank;
+    (weight.split_dim == 0 ? a : b).sequence_parallel = true;
   }
   LoraIds ids;
   ids.a = pb.add(std::move(a));

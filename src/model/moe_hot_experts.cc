@@ -1,6 +1,8 @@
 // Hot-expert choice, replica broadcast and gradient return of --balanced-moe-experts.
 #include "model/moe_hot_experts.h"
 
+#include <array>
+
 #include <algorithm>
 #include <cstring>
 
@@ -59,6 +61,19 @@ std::vector<int64_t> expert_rows_per_rank(const std::vector<int64_t>& counts, in
   return rows;
 }
 
+namespace {
+
+// Local expert j's parameter ids in the packed order (-1: absent): fc1_w, fc1_b, fc2_w, fc2_b and
+// the LoRA factors of fc1 (A, B) and fc2 (A, B), found by name beside the weights.
+std::array<int, 8> packed_ids(const ParamBuffer& pb, const MoeParamIds& w, size_t j) {
+  const std::string& fc1 = pb.spec(w.fc1_w[j]).name;
+  const std::string& fc2 = pb.spec(w.fc2_w[j]).name;
+  return {w.fc1_w[j],          w.fc1_b[j],          w.fc2_w[j],          w.fc2_b[j],
+          pb.find(lora_a_name(fc1)), pb.find(lora_b_name(fc1)), pb.find(lora_a_name(fc2)), pb.find(lora_b_name(fc2))};
+}
+
+}  // namespace
+
 MoeHotExperts::MoeHotExperts(const Comm& ep, const std::vector<Comm>& groups, const ParamBuffer& pb,
                              const MoeParamIds& w, const std::vector<int64_t>& counts, int64_t n)
     : ep_(ep), groups_(groups) {
@@ -74,10 +89,11 @@ MoeHotExperts::MoeHotExperts(const Comm& ep, const std::vector<Comm>& groups, co
   hot_ = select_hot_experts(counts_, P, num_experts_, n);
   // the packed layout of one expert's parameters (the same on every rank: local expert 0's shapes)
   int64_t at = 0;
-  for (int id : {w.fc1_w[0], w.fc1_b[0], w.fc2_w[0], w.fc2_b[0]}) {
+  for (int id : packed_ids(pb, w, 0)) {
     Part part;
     if (id >= 0) {
       const ParamSpec& s = pb.spec(id);
+      part.trainable = s.trainable;
       GALE_CHECK(!pb.is_split(id) && s.qat_element == MxElement::kNone)
           << "--balanced-moe-experts with --reuse-fp32-param or --qat-scheme: " << s.name;
       const Shape shape = s.local_shape();
@@ -115,15 +131,15 @@ MoeHotExperts::MoeHotExperts(const Comm& ep, const std::vector<Comm>& groups, co
     Tensor values, copy;
     if (owner == me) {
       const int64_t j = e - me * local_experts_;
-      const int ids[4] = {w.fc1_w[j], w.fc1_b[j], w.fc2_w[j], w.fc2_b[j]};
+      const std::array<int, 8> ids = packed_ids(pb, w, static_cast<size_t>(j));
       values = Tensor::empty({packed_numel_});
-      if (copy_dtype_ != DType::kF32) copy = Tensor::empty({packed_numel_}, copy_dtype_);
+      if (copy_dtype_ != DType::kF32) copy = Tensor::zeros({packed_numel_}, copy_dtype_);
       const size_t half = dtype_size(copy_dtype_);
-      for (int p = 0; p < 4; ++p) {
+      for (int p = 0; p < 8; ++p) {
         if (layout_[p].numel == 0) continue;
         std::memcpy(values.data<float>() + layout_[p].offset, pb.param_data(ids[p]),
                     static_cast<size_t>(layout_[p].numel) * sizeof(float));
-        if (copy.defined()) {
+        if (copy.defined() && p < 4) {  // the GEMM copies of the expert (the adapters run in f32)
           const void* src = copy_dtype_ == DType::kBF16 ? static_cast<const void*>(pb.param_bf16_data(ids[p]))
                                                         : static_cast<const void*>(pb.param_f16_data(ids[p]));
           std::memcpy(static_cast<char*>(copy.raw()) + layout_[p].offset * half, src,
@@ -155,7 +171,7 @@ LinearWeight MoeHotExperts::weight(int64_t slot, int part, SgemmFn gemm, Bf16Gem
   w.w = r.values.data<float>() + p.offset;
   if (copy_dtype_ == DType::kBF16) w.w_bf16 = r.gemm_copy.data<bf16>() + p.offset;
   if (copy_dtype_ == DType::kF16) w.w_f16 = r.gemm_copy.data<f16>() + p.offset;
-  w.grad = const_cast<float*>(r.grads.data<float>()) + p.offset;
+  w.grad = p.trainable ? const_cast<float*>(r.grads.data<float>()) + p.offset : nullptr;
   w.out = p.rows;
   w.in = p.cols;
   w.gemm = gemm;
@@ -180,6 +196,22 @@ float* MoeHotExperts::fc1_bias_grad(int64_t slot) {
 }
 float* MoeHotExperts::fc2_bias_grad(int64_t slot) {
   return layout_[3].numel ? replicas_[static_cast<size_t>(slot)].grads.data<float>() + layout_[3].offset : nullptr;
+}
+
+LoraWeights MoeHotExperts::lora(int64_t slot, int a_part, float scaling, SgemmFn gemm) const {
+  const Part& a = layout_[static_cast<size_t>(a_part)];
+  const Part& b = layout_[static_cast<size_t>(a_part + 1)];
+  if (a.numel == 0) return LoraWeights{};
+  const Replica& r = replicas_[static_cast<size_t>(slot)];
+  float* grads = const_cast<float*>(r.grads.data<float>());
+  return LoraWeights{r.values.data<float>() + a.offset, r.values.data<float>() + b.offset, grads + a.offset,
+                     grads + b.offset, a.rows, b.rows, a.cols, scaling, gemm};
+}
+LoraWeights MoeHotExperts::fc1_lora(int64_t slot, float scaling, SgemmFn gemm) const {
+  return lora(slot, 4, scaling, gemm);
+}
+LoraWeights MoeHotExperts::fc2_lora(int64_t slot, float scaling, SgemmFn gemm) const {
+  return lora(slot, 6, scaling, gemm);
 }
 
 void MoeHotExperts::reduce_grads_to_owners(ParamBuffer& pb, const MoeParamIds& w) {
@@ -209,9 +241,9 @@ void MoeHotExperts::reduce_grads_to_owners(ParamBuffer& pb, const MoeParamIds& w
   // the owner adds them to its expert's gradients in (expert, source rank) order
   for (const Incoming& in : incoming) {
     const int64_t j = in.expert - me * local_experts_;
-    const int ids[4] = {w.fc1_w[j], w.fc1_b[j], w.fc2_w[j], w.fc2_b[j]};
-    for (int p = 0; p < 4; ++p) {
-      if (layout_[p].numel == 0) continue;
+    const std::array<int, 8> ids = packed_ids(pb, w, static_cast<size_t>(j));
+    for (int p = 0; p < 8; ++p) {
+      if (layout_[p].numel == 0 || !layout_[p].trainable) continue;  // LoRA's frozen expert: no gradient
       float* dst = pb.grad_data(ids[p]);
       const float* src = in.grads.data<float>() + layout_[p].offset;
       for (int64_t i = 0; i < layout_[p].numel; ++i) dst[i] += src[i];

@@ -10,6 +10,9 @@
 // gradients. With M = --trans-hot-expert-group-num the broadcasts and gradient transfers of a hot
 // expert owned by EP rank o run on duplicate o mod M of the EP group (MindSpeed's hot-expert group
 // list), so transfers from different owners progress on different communication threads.
+// With LoRA on the experts (model/lora_expert.h) the replicas carry the adapters too: broadcast with
+// the (frozen) expert, their gradients sent back and added to the owner's adapters; the frozen
+// parts' gradients are neither computed nor sent back.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +22,7 @@
 #include "comm/communicator.h"
 #include "core/tensor.h"
 #include "model/linear.h"
+#include "model/lora.h"
 #include "model/params.h"
 
 namespace gale {
@@ -62,6 +66,9 @@ class MoeHotExperts {
   const float* fc2_bias(int64_t slot) const;
   float* fc1_bias_grad(int64_t slot);
   float* fc2_bias_grad(int64_t slot);
+  // Replica `slot`'s LoRA adapters of fc1 / fc2 (a null when the experts have none).
+  LoraWeights fc1_lora(int64_t slot, float scaling, SgemmFn gemm) const;
+  LoraWeights fc2_lora(int64_t slot, float scaling, SgemmFn gemm) const;
 
   // Sends each replica's gradients to the expert's owner, which adds them to its own expert's
   // gradients (`pb`, `w`) in source-rank order; a rank without rows of the expert sends nothing
@@ -73,14 +80,16 @@ class MoeHotExperts {
     int id_local = -1;  // the owner's parameter id (set on the owner only)
     int64_t offset = 0, numel = 0;
     int64_t rows = 0, cols = 0;  // a weight's [out, in]
+    bool trainable = true;       // false: frozen (LoRA's base): no gradient computed or sent back
   };
   struct Replica {
     int64_t expert = -1, owner = -1;
-    Tensor values, grads;  // packed f32 [fc1_w | fc1_b | fc2_w | fc2_b]
+    Tensor values, grads;  // packed f32 [fc1_w | fc1_b | fc2_w | fc2_b | fc1 A | fc1 B | fc2 A | fc2 B]
     Tensor gemm_copy;      // packed bf16 or f16 copy (undefined without one)
   };
   const Comm& group_of(int64_t owner) const;
   LinearWeight weight(int64_t slot, int part, SgemmFn gemm, Bf16GemmFn bf16_gemm) const;
+  LoraWeights lora(int64_t slot, int a_part, float scaling, SgemmFn gemm) const;
 
   Comm ep_;
   std::vector<Comm> groups_;
@@ -88,7 +97,7 @@ class MoeHotExperts {
   std::vector<int64_t> counts_;       // [ep·E] every rank's rows per expert
   std::vector<int64_t> hot_;
   std::vector<int64_t> remote_slot_;  // [E] replica slot of a remote hot expert, else -1
-  std::vector<Part> layout_;          // the 4 parts (fc1_w, fc1_b, fc2_w, fc2_b; numel 0: absent)
+  std::vector<Part> layout_;          // the 8 parts (fc1_w, fc1_b, fc2_w, fc2_b, the adapters; numel 0: absent)
   int64_t packed_numel_ = 0;
   DType copy_dtype_ = DType::kF32;
   std::vector<Replica> replicas_;

@@ -142,9 +142,13 @@ ExpertSet local_expert_set(const OpTable& ops, const ParamBuffer& pb, const MoeP
   return x;
 }
 
-ExpertSet replica_expert_set(const OpTable& ops, MoeHotExperts& hot) {
+ExpertSet replica_expert_set(const OpTable& ops, MoeHotExperts& hot, float lora_scaling) {
   ExpertSet x;
   x.count = hot.num_replicas();
+  for (int64_t e = 0; e < x.count; ++e) {  // the replicas' LoRA adapters (a null: none)
+    x.lora1.push_back(hot.fc1_lora(e, lora_scaling, ops.gemm));
+    x.lora2.push_back(hot.fc2_lora(e, lora_scaling, ops.gemm));
+  }
   x.fc1 = [&ops, &hot](int64_t e) { return hot.fc1(e, ops.gemm, ops.bf16_gemm); };
   x.fc2 = [&ops, &hot](int64_t e) { return hot.fc2(e, ops.gemm, ops.bf16_gemm); };
   x.fc1_bias = [&hot](int64_t e) { return hot.fc1_bias(e); };
@@ -567,7 +571,7 @@ Tensor moe_forward(const ModelConfig& c, const OpTable& ops, const ParamBuffer& 
     const std::function<void()> in_flight = [&] {
       if (overlap) overlap();
       if (hot) {
-        const ExpertSet replicas = replica_expert_set(ops, *hot->experts);
+        const ExpertSet replicas = replica_expert_set(ops, *hot->experts, c.lora.scaling());
         hot_out = experts_forward(c, ops, replicas, gather_rows(x, hot->slots(permuted).data(), hot->num_rows(), k),
                                   hot->hot_offsets, nullptr, &hot->state);
       }
@@ -793,7 +797,7 @@ void routed_experts_backward(const ModelConfig& c, const OpTable& ops, ParamBuff
   Tensor d_hot_in;         // the hot rows' input gradients, replica-major
   if (s.hot) {             // the replicas' backward while the other rows' gradients are in flight
     MoeHotPass& h = *s.hot;
-    const ExpertSet replicas = replica_expert_set(ops, *h.experts);
+    const ExpertSet replicas = replica_expert_set(ops, *h.experts, c.lora.scaling());
     std::vector<Tensor> du;
     d_hot_in = experts_backward_data(c, ops, replicas, d_hot_out, h.hot_offsets, nullptr, s.x.dtype(), h.state, &du,
                                      nullptr);

@@ -6,6 +6,8 @@
 #include "core/status.h"
 #include "kernels/cpu/activation.h"
 #include "model/linear.h"
+#include "model/lora.h"
+#include "model/lora_expert.h"
 #include "model/mlp_activation.h"
 #include "model/param_builders.h"
 #include "parallel/mappings.h"
@@ -20,6 +22,13 @@ std::string shared_name(int64_t layer, const char* rest) {
 
 LinearWeight weight(const OpTable& ops, const ParamBuffer& pb, int id) {
   return linear_weight(pb, id, ops.gemm, ops.bf16_gemm);
+}
+
+// The LoRA adapter of the shared expert's linear `id` (registered beside it); a null when not adapted.
+LoraWeights adapter(const ModelConfig& c, const OpTable& ops, const ParamBuffer& pb, int id) {
+  if (!c.lora.enabled()) return LoraWeights{};
+  const LoraIds ids{pb.find(lora_a_name(pb.spec(id).name)), pb.find(lora_b_name(pb.spec(id).name))};
+  return ids.defined() ? lora_weights(pb, ids, c.lora.scaling(), ops.gemm) : LoraWeights{};
 }
 
 }  // namespace
@@ -44,8 +53,15 @@ SharedExpertIds register_shared_expert_params(ParamBuffer& pb, const ModelConfig
   w.fc1_w = pb.add(tp_split(make_param_spec(shared_name(layer, "linear_fc1.weight"), {c.gated() ? 2 * Fs : Fs, H},
                                             InitKind::kNormal, c.init_std, true),
                             part, 0, blocks));
+  // LoRA (peft matches the module names' last part, so linear_fc1 / linear_fc2 also name the shared
+  // experts'): split over TP as the dense MLP's adapters (model/lora.h).
+  if (lora_targets(c.lora, LoraTarget::kFc1))
+    register_lora_params(pb, c.lora, part, shared_name(layer, "linear_fc1.weight"), c.gated() ? 2 * Fs : Fs, H,
+                         LoraSplit::kColumn, blocks);
   w.fc2_w = pb.add(tp_split(
       make_param_spec(shared_name(layer, "linear_fc2.weight"), {H, Fs}, InitKind::kNormal, out_std, true), part, 1));
+  if (lora_targets(c.lora, LoraTarget::kFc2))
+    register_lora_params(pb, c.lora, part, shared_name(layer, "linear_fc2.weight"), H, Fs, LoraSplit::kRow);
   if (c.moe.shared_gate) {
     ParamSpec g = make_param_spec(shared_name(layer, "gate_weight"), {1, H}, InitKind::kNormal, c.init_std, true);
     g.sequence_parallel = part.tp_size() > 1;  // each TP rank gates its own tokens
@@ -62,10 +78,15 @@ Tensor shared_expert_forward(const ModelConfig& c, const OpTable& ops, const Par
   const Tensor x_full = gather_from_sequence_parallel_region(x, tp);  // [T, H]
   const int64_t T = x_full.size(0);
   Tensor u = linear_forward(x_full, weight(ops, pb, w.fc1_w));  // [T, Fl or 2Fl]
+  const LoraWeights lora1 = adapter(c, ops, pb, w.fc1_w), lora2 = adapter(c, ops, pb, w.fc2_w);
+  if (lora1.a) lora_forward(x_full, lora1, u);
   Tensor act = Tensor::empty({T, Fl});
   mlp_activation_forward(c, ops)(u.data<float>(), nullptr, act.data<float>(), T, Fl);
   act = to_gemm_input(act, c.gemm_dtype());
-  Tensor m = reduce_scatter_to_sequence_parallel_region(linear_forward(act, weight(ops, pb, w.fc2_w)), tp);  // [Tl, H]
+  Tensor y = linear_forward(act, weight(ops, pb, w.fc2_w));  // [T, H], partial over TP
+  if (lora2.a) lora_forward(act, lora2, y);
+  Tensor m = reduce_scatter_to_sequence_parallel_region(y, tp);  // [Tl, H]
+  y = Tensor();
   Tensor out = m, gate;
   if (w.gate_w >= 0) {
     const Tensor xf = to_f32(x);
@@ -138,12 +159,24 @@ Tensor shared_expert_backward(const ModelConfig& c, const OpTable& ops, ParamBuf
   LinearWeight fc2 = weight(ops, pb, w.fc2_w), fc1 = weight(ops, pb, w.fc1_w);
   fc2.defer = fc1.defer = defer_weight_grads;
   Tensor d_act = linear_backward(dm_full, s.act, fc2);  // [T, Fl]
+  // The adapters' backward (model/lora_expert.h: u = x·Aᵀ recomputed, so forward keeps nothing more).
+  const LoraWeights lora1 = adapter(c, ops, pb, w.fc1_w), lora2 = adapter(c, ops, pb, w.fc2_w);
+  if (lora2.a) {
+    lora_backward_input(dm_full, lora2, d_act);
+    lora_backward_weights(dm_full, s.act, lora2);
+  }
   s.act = Tensor();
   Tensor du = Tensor::empty(s.fc1_out.shape());
   mlp_activation_backward(c, ops)(d_act.data<float>(), s.fc1_out.data<float>(), du.data<float>(), nullptr, T, Fl);
   d_act = Tensor();
   s.fc1_out = Tensor();
-  Tensor dx = gather_from_sequence_parallel_region_backward(linear_backward(du, s.x_full, fc1), tp);
+  Tensor dx_full = linear_backward(du, s.x_full, fc1);  // [T, H], partial over TP
+  if (lora1.a) {
+    lora_backward_input(du, lora1, dx_full);
+    lora_backward_weights(du, s.x_full, lora1);
+  }
+  Tensor dx = gather_from_sequence_parallel_region_backward(dx_full, tp);
+  dx_full = Tensor();
   if (dx_gate.defined()) add_inplace(dx.data<float>(), dx_gate.data<float>(), Tl * H);
   s = SharedExpertSaved{};
   return dx;

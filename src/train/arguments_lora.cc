@@ -1,6 +1,4 @@
 // The LoRA fine-tuning flags (MindSpeed-LLM names and defaults) and their checks.
-#include <algorithm>
-
 #include "train/arguments.h"
 
 namespace gale {
@@ -35,7 +33,7 @@ void add_lora_args(ArgParser& p, LoraArgs& a) {
   p.add_compat("--lora-ckpt-filter", false, "with LoRA Gale always saves only the adapters (docs/model.md)");
 }
 
-Status validate_lora_args(Arguments& a, const ArgParser& p) {
+Status validate_lora_args(Arguments& a, const ArgParser& /*p: no flag-presence checks left*/) {
   LoraArgs& l = a.lora;
   if (l.lora_r < 0 || (l.enabled() && l.lora_r == 0))
     return InvalidArgument("--lora-r: expected a positive integer, found ", l.lora_r);
@@ -80,28 +78,12 @@ Status validate_lora_args(Arguments& a, const ArgParser& p) {
       return InvalidArgument("--lora-modules-to-save needs --lora-target-modules (LoRA is on when it names a linear)");
     return Status::Ok();
   }
-  // MoE layers: the routed experts' linear_fc1 / linear_fc2 take adapters (model/lora_expert.h),
-  // whole on each rank (expert TP 1), with EP, expert-DP, TP (experts whole, partial gradients
-  // all-reduced) and PP.
-  const bool expert_targets = std::find(l.lora_target_modules.begin(), l.lora_target_modules.end(), "linear_fc1") !=
-                                  l.lora_target_modules.end() ||
-                              std::find(l.lora_target_modules.begin(), l.lora_target_modules.end(), "linear_fc2") !=
-                                  l.lora_target_modules.end();
-  if (a.moe.enabled() && expert_targets) {
-    const int64_t etp = a.moe.expert_tensor_parallel_size == kUnset ? a.parallel.tensor_model_parallel_size
-                                                                     : a.moe.expert_tensor_parallel_size;
-    if (etp > 1)
-      return Unimplemented("--lora-target-modules linear_fc1/linear_fc2 with --num-experts and "
-                           "--expert-tensor-parallel-size ", etp, ": not supported yet (expected 1: the experts' "
-                           "adapters are not split; give --expert-tensor-parallel-size 1)");
-    if (a.moe.moe_shared_expert_intermediate_size != kUnset && a.moe.moe_shared_expert_intermediate_size > 0)
-      return Unimplemented("--lora-target-modules linear_fc1/linear_fc2 with --moe-shared-expert-intermediate-size: "
-                           "not supported yet (the shared experts' adapters)");
-    for (const char* flag : {"--balanced-moe-experts", "--enable-expert-placement", "--moe-zero-memory", "--moe-tp-extend-ep"})
-      if (p.was_set(flag))
-        return Unimplemented("--lora-target-modules linear_fc1/linear_fc2 with --num-experts and ", flag,
-                             ": not supported yet");
-  }
+  // MoE layers: the routed experts' linear_fc1 / linear_fc2 take adapters (model/lora_expert.h) with
+  // EP, expert-DP, TP (experts whole, partial gradients all-reduced), expert TP (the adapters split
+  // as the experts: --expert-tensor-parallel-size is 1 or TP, arguments_moe.cc) and PP, with
+  // --moe-zero-memory, --moe-tp-extend-ep, --enable-expert-placement (the adapters migrate with
+  // their expert) and --balanced-moe-experts (the hot experts' replicas carry them); the shared
+  // experts' take them too, split over TP as the dense MLP's (model/moe_shared_expert.h).
   return Status::Ok();
 }
 

@@ -7,6 +7,7 @@
 #include "core/check.h"
 #include "core/log.h"
 #include "model/expert_placement.h"
+#include "model/lora.h"
 #include "train/engine.h"
 
 namespace gale {
@@ -23,11 +24,15 @@ std::string join_loads(const std::vector<double>& v) {
   return o.str();
 }
 
-// The parameter ids of local slot j, in a fixed order.
-std::vector<int> slot_ids(const MoeParamIds& w, size_t j) {
+// The parameter ids of local slot j, in a fixed order: the expert's, then its LoRA adapters' (found
+// by name beside fc1 / fc2, model/lora_expert.h).
+std::vector<int> slot_ids(const ParamBuffer& pb, const MoeParamIds& w, size_t j) {
   std::vector<int> ids;
   for (int id : {w.fc1_w[j], w.fc1_b[j], w.fc2_w[j], w.fc2_b[j]})
     if (id >= 0) ids.push_back(id);
+  for (int id : {w.fc1_w[j], w.fc2_w[j]})
+    for (int adapter : {pb.find(lora_a_name(pb.spec(id).name)), pb.find(lora_b_name(pb.spec(id).name))})
+      if (adapter >= 0) ids.push_back(adapter);
   return ids;
 }
 
@@ -99,15 +104,20 @@ void ExpertPlacer::migrate(Engine& engine, size_t chunk, MoeParamIds& w, const s
   GALE_CHECK(&opt.buffer_params(chunk) == &pb && !opt.sharded(chunk)) << "expert placement: chunk " << chunk;
   GALE_CHECK(opt.swap() == nullptr && !opt.quantised()) << "expert placement: the optimizer state must be resident f32";
   const std::vector<std::pair<std::string, Tensor>> states = opt.state(chunk);  // shared storage (no swap, no compression, no quant)
-  // A slot's floats: per parameter its values, gradient and every state tensor's slice.
+  // A slot's floats: per parameter its values and, when trainable, its gradient and every state
+  // tensor's slice (under LoRA the expert is frozen: values only; its adapters move whole).
+  const auto floats_of = [&](int id) {
+    return pb.spec(id).local_numel() * (pb.spec(id).trainable ? static_cast<int64_t>(2 + states.size()) : 1);
+  };
   int64_t slot_floats = 0;
-  for (int id : slot_ids(w, 0)) slot_floats += pb.spec(id).local_numel() * static_cast<int64_t>(2 + states.size());
+  for (int id : slot_ids(pb, w, 0)) slot_floats += floats_of(id);
   std::vector<float> mine(static_cast<size_t>(El * slot_floats)), all(static_cast<size_t>(P * El * slot_floats));
   auto for_each_piece = [&](int64_t j, auto&& fn) {  // fn(pointer, numel) in the packing order
-    for (int id : slot_ids(w, static_cast<size_t>(j))) {
+    for (int id : slot_ids(pb, w, static_cast<size_t>(j))) {
       const ParamSpec& s = pb.spec(id);
       const int64_t n = s.local_numel();
       fn(pb.param_data(id), n);
+      if (!s.trainable) continue;
       fn(pb.grad_data(id), n);
       for (const auto& st : states) fn(st.second.data<float>() + s.offset, n);
     }
@@ -130,7 +140,7 @@ void ExpertPlacer::migrate(Engine& engine, size_t chunk, MoeParamIds& w, const s
       std::memcpy(p, src, static_cast<size_t>(n) * sizeof(float));
       src += n;
     });
-    for (int id : slot_ids(w, static_cast<size_t>(j))) pb.set_global_name(id, renamed_expert(pb.spec(id).global_name, e));
+    for (int id : slot_ids(pb, w, static_cast<size_t>(j))) pb.set_global_name(id, renamed_expert(pb.spec(id).global_name, e));
   }
   pb.refresh_gemm_copy();
 }

@@ -41,7 +41,8 @@ struct ExpertPlacementReport {
 // greedy placement (model/expert_placement.h) of the prediction replaces the current one when it
 // differs (fine-grained: and the coefficient of variation of the per-rank loads drops by at least
 // the threshold). Migration: each EP rank packs its slots' parameters, gradients and every
-// optimizer state tensor, the EP group all-gathers them, and each rank takes the experts of its new
+// optimizer state tensor (under LoRA: the frozen expert's values and its adapters' values, gradients
+// and state), the EP group all-gathers them, and each rank takes the experts of its new
 // slots; the slots' checkpoint names (ParamSpec::global_name) follow, so a checkpoint stores every
 // expert under its global index as without placement. A resumed run starts from the identity
 // placement and a zero prediction (the experts still load by global index).

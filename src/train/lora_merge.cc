@@ -96,6 +96,9 @@ bool LoraMerge::adapts(const std::string& name) const {
           ends_with(name, ".linear_fc1.weight")) ||
          (config_.fc2 && name.find(".mlp.experts.local_experts.") != std::string::npos &&
           ends_with(name, ".linear_fc2.weight")) ||
+         // the MoE shared experts' (model/moe_shared_expert.h)
+         (config_.fc1 && ends_with(name, ".mlp.shared_experts.linear_fc1.weight")) ||
+         (config_.fc2 && ends_with(name, ".mlp.shared_experts.linear_fc2.weight")) ||
          (config_.in_proj && ends_with(name, ".self_attention.in_proj.weight")) ||  // Gated DeltaNet's
          (config_.out_proj && ends_with(name, ".self_attention.out_proj.weight"));
 }

@@ -1,7 +1,8 @@
 // LoRA fine-tuning end to end: a base trained and saved by `gale pretrain`, then fine-tuned with
 // --lora-r / --lora-alpha / --lora-target-modules on instruction data (the loss falls, the
 // checkpoint holds only the adapters, --lora-load resumes exactly), merged by `gale convert
-// --lora-load`, and one-line flag errors.
+// --lora-load`, MoE adapters (routed experts under EP and expert TP, shared experts) reproducing the
+// single-process run, and one-line flag errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -361,6 +362,145 @@ TEST_F(LoraCli, MoeExpertAdaptersSaveResumeAndMerge) {
   EXPECT_GT(std::fabs(with_adapters - base_only), 1e-4);
 }
 
+// The routed experts' adapters under expert TP (the default ETP = TP 2: lora_B of fc1 and lora_A of
+// fc2 split as the experts) and the shared experts' (split over TP as the dense MLP's): TP 2 + SP,
+// EP 2 x ETP 2 (4 ranks) and DP 2 reproduce the single-process losses; the split adapters save under
+// their global names (an EP 2 x ETP 2 checkpoint resumes at one process), a TP 2 run resumes exactly,
+// and gale convert merges the shared experts' adapters too.
+TEST_F(LoraCli, MoeAdaptersUnderExpertTensorParallelismAndOnSharedExperts) {
+  const std::vector<std::string> moe = {"--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "32",
+                                        "--moe-shared-expert-intermediate-size", "32", "--disable-bias-linear", "--swiglu",
+                                        "--make-vocab-size-divisible-by", "64"};  // the same padded vocab at TP 1 and 2
+  test::RunResult base = test::run_with_timeout(
+      sft(dir_.file("sft"), 4, plus(moe, {"--lr", "3e-3", "--save", dir_.file("sbase"), "--save-interval", "4"})),
+      {}, 300);
+  ASSERT_EQ(base.exit_code, 0) << base.output;
+  auto run = [&](int iters, std::vector<std::string> extra) {
+    return sft(dir_.file("sft"), iters,
+               plus(plus(plus({"--lr", "1e-2", "--load", dir_.file("sbase")}, moe), kLora), extra));
+  };
+  auto mpi = [&](int np, const std::vector<std::string>& argv) {
+    std::vector<std::string> full = testing::mpirun_argv(np);
+    full.insert(full.end(), argv.begin(), argv.end());
+    return test::run_with_timeout(full, testing::kMpiEnv, 600);
+  };
+  test::RunResult one = test::run_with_timeout(run(8, {"--save", dir_.file("s1"), "--save-interval", "8"}), {}, 300);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const std::vector<std::string> la = loss_fields(one.output);
+  ASSERT_EQ(la.size(), 8u) << one.output;
+  auto expect_losses = [&](const std::vector<std::string>& got, size_t first, const char* what) {
+    for (size_t k = 0; k < got.size(); ++k)
+      EXPECT_NEAR(std::stod(got[k]), std::stod(la[first + k]), 1e-5 * std::stod(la[first + k]))
+          << what << ", iteration " << first + k + 1;
+  };
+
+  const std::vector<std::string> tp2 = {"--tensor-model-parallel-size", "2", "--sequence-parallel"};
+  test::RunResult t = mpi(2, run(8, tp2));
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  const std::vector<std::string> lt = loss_fields(t.output);
+  ASSERT_EQ(lt.size(), 8u) << t.output;
+  expect_losses(lt, 0, "TP 2 (ETP 2)");
+  // TP 2 stopped at iteration 4 and resumed at TP 2: the same losses to the printed digit.
+  test::RunResult ts = mpi(2, run(8, plus(tp2, {"--save", dir_.file("st"), "--save-interval", "4", "--exit-interval", "4"})));
+  ASSERT_EQ(ts.exit_code, 0) << ts.output;
+  test::RunResult tr = mpi(2, run(8, plus(tp2, {"--lora-load", dir_.file("st")})));
+  ASSERT_EQ(tr.exit_code, 0) << tr.output;
+  const std::vector<std::string> ltr = loss_fields(tr.output);
+  ASSERT_EQ(ltr.size(), 4u) << tr.output;
+  for (size_t k = 0; k < 4; ++k) EXPECT_EQ(ltr[k], lt[4 + k]) << "TP 2 resumed, iteration " << 5 + k;
+
+  // EP 2 x ETP 2 on 4 ranks (expert-DP 1, DP 2), stopped at 4, resumed at one process.
+  test::RunResult e = mpi(4, run(8, plus(tp2, {"--expert-model-parallel-size", "2", "--moe-token-dispatcher-type",
+                                               "alltoall", "--save", dir_.file("se"), "--save-interval", "4",
+                                               "--exit-interval", "4"})));
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  const std::vector<std::string> le = loss_fields(e.output);
+  ASSERT_EQ(le.size(), 4u) << e.output;
+  expect_losses(le, 0, "EP 2 x ETP 2");
+  test::RunResult er = test::run_with_timeout(run(8, {"--lora-load", dir_.file("se")}), {}, 300);
+  ASSERT_EQ(er.exit_code, 0) << er.output;
+  const std::vector<std::string> ler = loss_fields(er.output);
+  ASSERT_EQ(ler.size(), 4u) << er.output;
+  expect_losses(ler, 4, "EP 2 x ETP 2 checkpoint resumed at one process");
+
+  test::RunResult d = mpi(2, run(8, {"--exit-interval", "4"}));  // DP 2: one micro-batch per rank
+  ASSERT_EQ(d.exit_code, 0) << d.output;
+  const std::vector<std::string> ld = loss_fields(d.output);
+  ASSERT_EQ(ld.size(), 4u) << d.output;
+  expect_losses(ld, 0, "DP 2");
+
+  auto r = CheckpointReader::open(dir_.file("s1"));
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_TRUE(r.value().has_tensor("decoder.layers.1.mlp.shared_experts.linear_fc1.lora_B.default.weight"));
+  EXPECT_TRUE(r.value().has_tensor("decoder.layers.0.mlp.shared_experts.linear_fc2.lora_A.default.weight"));
+  const std::string lora_flags = " --lora-load " + dir_.file("s1") +
+                                 " --lora-r 8 --lora-alpha 16 --lora-target-modules linear_qkv linear_proj linear_fc1 "
+                                 "linear_fc2";
+  auto merged = testing::run_gale("convert --load-model-type gale --save-model-type gale --load-dir " +
+                                      dir_.file("sbase") + " --save-dir " + dir_.file("smerged") + lora_flags,
+                                  dir_.path());
+  ASSERT_EQ(merged.exit_code, 0) << merged.err;
+  // 2 x (qkv, proj, 4 x fc1, 4 x fc2, shared fc1, shared fc2)
+  EXPECT_NE(merged.out.find("(24 merged)"), std::string::npos) << merged.out;
+  const double with_adapters = ppl(dir_.file("sbase"), lora_flags), merged_direct = ppl(dir_.file("smerged"), "");
+  EXPECT_NEAR(with_adapters, merged_direct, 1e-6 * merged_direct);
+  EXPECT_GT(std::fabs(with_adapters - ppl(dir_.file("sbase"), "")), 1e-4);
+}
+
+// The experts' adapters with --moe-zero-memory (level0: the experts' input rows re-dispatched for
+// backward; level1: fc1 and its adapter rerun, and the shared expert) give the same bits as keeping
+// everything, also at EP 2; with --moe-tp-extend-ep (TP 2 ranks hold different whole experts and
+// their adapters) the single-process losses, and its checkpoint resumes at one process.
+TEST_F(LoraCli, MoeAdaptersWithZeroMemoryAndTpExtendEp) {
+  const std::vector<std::string> moe = {"--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "32",
+                                        "--moe-shared-expert-intermediate-size", "32", "--disable-bias-linear", "--swiglu",
+                                        "--make-vocab-size-divisible-by", "64", "--moe-token-dispatcher-type",
+                                        "alltoall", "--moe-permutation-async-comm", "--moe-grouped-gemm"};
+  test::RunResult base = test::run_with_timeout(
+      sft(dir_.file("sft"), 4, plus(moe, {"--lr", "3e-3", "--save", dir_.file("zbase"), "--save-interval", "4"})),
+      {}, 300);
+  ASSERT_EQ(base.exit_code, 0) << base.output;
+  auto run = [&](int iters, std::vector<std::string> extra) {
+    return sft(dir_.file("sft"), iters,
+               plus(plus(plus({"--lr", "1e-2", "--load", dir_.file("zbase")}, moe), kLora), extra));
+  };
+  auto mpi = [&](int np, const std::vector<std::string>& argv) {
+    std::vector<std::string> full = testing::mpirun_argv(np);
+    full.insert(full.end(), argv.begin(), argv.end());
+    return test::run_with_timeout(full, testing::kMpiEnv, 600);
+  };
+  const std::vector<std::string> overlap = {"--moe-alltoall-overlap-comm"};
+  test::RunResult ref = test::run_with_timeout(run(6, overlap), {}, 300);
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  const std::vector<std::string> lr = loss_fields(ref.output);
+  ASSERT_EQ(lr.size(), 6u) << ref.output;
+  for (const char* level : {"level0", "level1"}) {
+    test::RunResult z = test::run_with_timeout(run(6, plus(overlap, {"--moe-zero-memory", level})), {}, 300);
+    ASSERT_EQ(z.exit_code, 0) << z.output;
+    EXPECT_EQ(loss_fields(z.output), lr) << "--moe-zero-memory " << level;
+  }
+  test::RunResult ep = mpi(2, run(6, plus(overlap, {"--moe-zero-memory", "level1", "--expert-model-parallel-size", "2"})));
+  ASSERT_EQ(ep.exit_code, 0) << ep.output;
+  const std::vector<std::string> le = loss_fields(ep.output);
+  ASSERT_EQ(le.size(), 6u) << ep.output;
+  for (size_t k = 0; k < 6; ++k)
+    EXPECT_NEAR(std::stod(le[k]), std::stod(lr[k]), 1e-5 * std::stod(lr[k])) << "zero memory at EP 2, iteration " << k + 1;
+
+  test::RunResult x = mpi(2, run(6, {"--tensor-model-parallel-size", "2", "--sequence-parallel", "--moe-tp-extend-ep",
+                                     "--save", dir_.file("zx"), "--save-interval", "3", "--exit-interval", "3"}));
+  ASSERT_EQ(x.exit_code, 0) << x.output;
+  test::RunResult xr = test::run_with_timeout(run(6, {"--lora-load", dir_.file("zx")}), {}, 300);
+  ASSERT_EQ(xr.exit_code, 0) << xr.output;
+  const std::vector<std::string> lx = loss_fields(x.output), lxr = loss_fields(xr.output);
+  ASSERT_EQ(lx.size(), 3u) << x.output;
+  ASSERT_EQ(lxr.size(), 3u) << xr.output;
+  for (size_t k = 0; k < 3; ++k) {
+    EXPECT_NEAR(std::stod(lx[k]), std::stod(lr[k]), 1e-5 * std::stod(lr[k])) << "--moe-tp-extend-ep, iteration " << k + 1;
+    EXPECT_NEAR(std::stod(lxr[k]), std::stod(lr[3 + k]), 1e-5 * std::stod(lr[3 + k]))
+        << "--moe-tp-extend-ep checkpoint resumed at one process, iteration " << 4 + k;
+  }
+}
+
 TEST_F(LoraCli, FlagErrorsAreOneLine) {
   struct Case {
     std::vector<std::string> extra;
@@ -371,9 +511,6 @@ TEST_F(LoraCli, FlagErrorsAreOneLine) {
       {{"--lora-load", "/nonexistent"}, "--lora-load needs --lora-target-modules"},
       {{"--lora-modules-to-save", "lm_head", "--lora-target-modules", "linear_qkv"},
        "--lora-modules-to-save: expected word_embeddings, output_layer or final_layernorm, found lm_head"},
-      {{"--lora-target-modules", "linear_fc1", "--num-experts", "4", "--moe-token-dispatcher-type", "alltoall",
-        "--moe-zero-memory", "level0"},
-       "--lora-target-modules linear_fc1/linear_fc2 with --num-experts and --moe-zero-memory: not supported yet"},
   };
   for (const Case& c : cases) {
     test::RunResult r = test::run_with_timeout(sft(dir_.file("sft"), 2, plus({"--lr", "1e-3"}, c.extra)), {}, 120);

@@ -131,7 +131,8 @@ void expect_rows_stayed_local(const Counted& plain, const Counted& balanced, boo
 // EP = world: fp32, --bf16 (the replicas carry the owners' bf16 GEMM copies) and full recomputation
 // (the forward reruns in backward, choosing and broadcasting the same hot experts again), a shared
 // expert with --moe-alltoall-overlap-comm (the shared expert, the replicas and the exchanges
-// overlapped in both directions); on 4
+// overlapped in both directions), LoRA on the experts (f32 and --bf16: the replicas carry the
+// adapters, whose gradients go back to the owners; only the adapters compared); on 4
 // ranks also EP 2 × expert-DP 2 with the distributed optimizer (the owners' gradients, replicas'
 // included, reduce-scattered over expert-DP).
 class BalancedMoe : public ::testing::TestWithParam<std::string> {};
@@ -152,6 +153,11 @@ TEST_P(BalancedMoe, SameTrainingAsWithoutAndHotRowsStayLocal) {
     features = {"--moe-alltoall-overlap-comm"};
   }
   if (GetParam() == "bf16") extra = {"--bf16"};
+  // LoRA on the experts: the replicas carry the adapters, their gradients go back to the owners
+  const std::vector<std::string> lora = {"--lora-r", "4", "--lora-alpha", "8", "--lora-target-modules", "linear_fc1",
+                                         "linear_fc2"};
+  if (GetParam() == "lora") extra = lora;
+  if (GetParam() == "lora_bf16") extra = testing::join({lora, {"--bf16"}});
   if (GetParam() == "recompute_full")
     extra = {"--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"};
   const std::vector<std::string> flags =
@@ -165,11 +171,12 @@ TEST_P(BalancedMoe, SameTrainingAsWithoutAndHotRowsStayLocal) {
   expect_rows_stayed_local(p, b, GetParam() == "recompute_full");
   plain->train(3);
   balanced->train(3);
-  EXPECT_GT(expect_close(*balanced, *plain, GetParam() == "bf16"), 0) << "no expert among the compared parameters";
+  EXPECT_GT(expect_close(*balanced, *plain, GetParam() == "bf16" || GetParam() == "lora_bf16"), 0)
+      << "no expert among the compared parameters";
 }
 
 INSTANTIATE_TEST_SUITE_P(Ep, BalancedMoe, ::testing::Values("fp32", "bf16", "recompute_full", "shared_expert_alltoall_overlap",
-                                                             "ep2_expert_dp2_distopt"),
+                                                             "ep2_expert_dp2_distopt", "lora", "lora_bf16"),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 // DualPipeV with --moe-fb-overlap (PP2 × EP2 × DP2): the replicas' broadcasts, backward and

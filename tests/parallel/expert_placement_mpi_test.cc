@@ -127,6 +127,29 @@ TEST(ExpertPlacementMpi, MigrationReproducesTheUnplacedRunBitwise) {
   EXPECT_TRUE(experts_by_global_name(*placed, true) == experts_by_global_name(*plain, true)) << "expert gradients";
 }
 
+// LoRA on the experts (model/lora_expert.h): the frozen experts migrate with their adapters (values,
+// gradients, Adam state), so the placed run is the unplaced one, adapters included.
+TEST(ExpertPlacementMpi, MigrationCarriesTheExpertsLoraAdapters) {
+  if (test::world()->size() != 2 && test::world()->size() != 4) GTEST_SKIP() << "needs 2 or 4 ranks";
+  const std::vector<std::string> lora = {"--lora-r", "4", "--lora-alpha", "8", "--lora-target-modules", "linear_fc1",
+                                         "linear_fc2"};
+  auto plain = make_run(lora, {});
+  auto placed = make_run(lora, kPlacement);
+  ASSERT_NE(placed->engine->expert_placer, nullptr);
+  plain->train(6);
+  placed->train(6);
+  EXPECT_EQ(placed->losses, plain->losses);
+  EXPECT_EQ(placed->grad_norms, plain->grad_norms);
+  int migrated = 0;
+  for (const auto& r : placed->engine->expert_placer->reports()) migrated += r.migrated;
+  EXPECT_GE(migrated, 2);
+  const auto pa = experts_by_global_name(*placed, false), pb = experts_by_global_name(*plain, false);
+  int adapters = 0;
+  for (const auto& [name, values] : pa) adapters += name.find(".lora_") != std::string::npos;
+  EXPECT_EQ(adapters, 3 * 8 * 2 * 2);  // 3 MoE layers x 8 experts x A, B of fc1 and fc2
+  expect_same_experts(*placed, *plain, "LoRA, after 6 steps");
+}
+
 // --enable-fine-grained-expert-placement: a layer migrates only when the CV of its ranks' loads
 // drops by the threshold; some layers keep their placement at 0.05, and the run stays the same.
 TEST(ExpertPlacementMpi, FineGrainedMigratesOnlyWorthwhileLayers) {

@@ -275,14 +275,30 @@ INSTANTIATE_TEST_SUITE_P(Layouts, MoeInvariance, ::testing::ValuesIn(testing::la
 // the expert adapters sit at their global expert under EP and reduce over the expert-DP group.
 const std::vector<std::string> kLora = testing::join(
     {kMoe, {"--lora-r", "4", "--lora-alpha", "8", "--lora-target-modules", "linear_qkv", "linear_fc1", "linear_fc2"}});
-const std::vector<std::string> kLoraLayouts = {"dp2",        "ep2",         "ep2_dp4", "ep2_dp4_distopt_overlap",
-                                               "ep2_allgather", "tp2_sp_etp1", "tp2_sp_etp1_ep2", "pp2", "ep2_pp2"};
+// tp2_sp, tp2_sp_ep2: expert TP 2 (the default = TP), the experts' adapters split as the experts.
+const std::vector<std::string> kLoraLayouts = {"dp2",         "ep2",         "ep2_dp4", "ep2_dp4_distopt_overlap",
+                                               "ep2_allgather", "tp2_sp_etp1", "tp2_sp_etp1_ep2", "pp2", "ep2_pp2",
+                                               "tp2_sp",      "tp2_sp_ep2",  "tp2_sp_dp2_distopt", "tp2_sp_tp_extend_ep"};
+// The same with a gated shared expert in every MoE layer: its linear_fc1 / linear_fc2 adapted too,
+// split over TP as the dense MLP's.
+const std::vector<std::string> kLoraShared =
+    testing::join({kLora, {"--moe-shared-expert-intermediate-size", "32", "--moe-shared-expert-gate"}});
+const std::vector<std::string> kLoraSharedLayouts = {"dp2", "tp2_sp", "tp2_sp_ep2", "ep2", "pp2"};
 
 class MoeLoraInvariance : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(MoeLoraInvariance, ExpertAdaptersMatchSingleProcess) { expect_matches_single_process(kLora, GetParam(), false); }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, MoeLoraInvariance, ::testing::ValuesIn(kLoraLayouts),
+                         [](const auto& info) { return info.param; });
+
+class MoeLoraSharedInvariance : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MoeLoraSharedInvariance, SharedExpertAdaptersMatchSingleProcess) {
+  expect_matches_single_process(kLoraShared, GetParam(), false);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, MoeLoraSharedInvariance, ::testing::ValuesIn(kLoraSharedLayouts),
                          [](const auto& info) { return info.param; });
 
 class MoeRoutingInvariance : public ::testing::TestWithParam<std::string> {};

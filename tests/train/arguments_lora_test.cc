@@ -55,14 +55,6 @@ TEST(LoraArguments, ErrorsNameTheFlag) {
       {{"--lora-alpha", "0", "--lora-target-modules", "linear_qkv"}, 1,
        "--lora-alpha: expected a positive integer, found 0"},
       {{"--lora-load", "dir"}, 1, "--lora-load needs --lora-target-modules (the adapted linears)"},
-      {{"--lora-target-modules", "linear_fc1", "--num-experts", "4", "--tensor-model-parallel-size", "2",
-        "--sequence-parallel"}, 2,
-       "--lora-target-modules linear_fc1/linear_fc2 with --num-experts and --expert-tensor-parallel-size 2: not "
-       "supported yet (expected 1: the experts' adapters are not split; give --expert-tensor-parallel-size 1)"},
-      {{"--lora-target-modules", "linear_fc2", "--num-experts", "4", "--moe-shared-expert-intermediate-size", "8",
-        "--disable-bias-linear"}, 1,
-       "--lora-target-modules linear_fc1/linear_fc2 with --moe-shared-expert-intermediate-size: not supported yet "
-       "(the shared experts' adapters)"},
       {{"--lora-target-modules", "linear_qkv", "--lora-modules-to-save", "lm_head"}, 1,
        "--lora-modules-to-save: expected word_embeddings, output_layer or final_layernorm, found lm_head"},
       {{"--lora-target-modules", "linear_qkv", "--lora-modules-to-save", "output_layer"}, 1,
@@ -96,6 +88,22 @@ TEST(LoraArguments, ErrorsNameTheFlag) {
                                           "--tensor-model-parallel-size", "2", "--sequence-parallel",
                                           "--expert-tensor-parallel-size", "1"}, 2);
   EXPECT_TRUE(st.ok()) << st.message();
+  Cli moe_etp;  // the default expert TP = TP 2: the experts' adapters split as the experts
+  EXPECT_TRUE(moe_etp.parse_minimal({"--lora-target-modules", "linear_fc1", "linear_fc2", "--num-experts", "4",
+                                     "--tensor-model-parallel-size", "2", "--sequence-parallel"}, 2).ok())
+      << "LoRA on the routed experts with expert tensor parallelism";
+  Cli shared;
+  EXPECT_TRUE(shared.parse_minimal({"--lora-target-modules", "linear_fc2", "--num-experts", "4",
+                                    "--moe-shared-expert-intermediate-size", "8", "--disable-bias-linear"}).ok())
+      << "LoRA on the shared experts";
+  const std::vector<std::string> overlap = {"--moe-token-dispatcher-type", "alltoall", "--moe-permutation-async-comm",
+                                            "--moe-grouped-gemm"};
+  Cli extend;
+  std::vector<std::string> flags = {"--lora-target-modules", "linear_fc1", "--num-experts", "4",
+                                    "--tensor-model-parallel-size", "2", "--sequence-parallel", "--moe-tp-extend-ep"};
+  flags.insert(flags.end(), overlap.begin(), overlap.end());
+  const Status x = extend.parse_minimal(flags, 2);
+  EXPECT_TRUE(x.ok()) << "LoRA on the routed experts with --moe-tp-extend-ep: " << x.message();
   Cli attn_only;  // attention adapters only: the experts' restrictions do not apply
   EXPECT_TRUE(attn_only.parse_minimal({"--lora-target-modules", "linear_qkv", "--num-experts", "4",
                                        "--tensor-model-parallel-size", "2", "--sequence-parallel"}, 2).ok());
