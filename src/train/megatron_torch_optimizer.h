@@ -48,6 +48,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "ckpt/pickle.h"
@@ -56,11 +57,20 @@
 
 namespace gale {
 
+// The torch format's rank files of a MoE model as saved, by (tensor, pipeline, expert-parallel) rank: each holds its own
+// experts (numbered from 0) and its own expert optimizer state.
+struct MegatronExpertRankFiles {
+  std::map<std::tuple<int64_t, int64_t, int64_t>, std::string> files;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, PyRef> roots;
+};
+
 // `files` and `roots`: each (tensor rank, pipeline rank)'s model_optim_rng.pt path and state dict; `gale_name` maps a
-// torch-format name with the stage's layer offset to Gale's; `swiglu`: linear_fc1 holds [gate; up] per TP rank.
+// torch-format name with the stage's layer offset to Gale's; `swiglu`: linear_fc1 holds [gate; up] per TP rank;
+// `experts`: a MoE model's files by expert-parallel rank too (needed when args.num_experts is set).
 StatusOr<MegatronOptimizerState> read_megatron_torch_optimizer(
     const std::map<std::pair<int64_t, int64_t>, std::string>& files,
     const std::map<std::pair<int64_t, int64_t>, PyRef>& roots,
-    const std::function<std::string(const std::string&, int64_t)>& gale_name, bool swiglu);
+    const std::function<std::string(const std::string&, int64_t)>& gale_name, bool swiglu,
+    const MegatronExpertRankFiles& experts = {});
 
 }  // namespace gale
