@@ -482,9 +482,9 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
   // Each rank file's optimizer (and distrib_optim.pt), merged; torch_dcp's plain state dict as one rank file's.
   if (with_optimizer && format != CheckpointFormat::kMegatronTorchDist) {
     GALE_ASSIGN_OR_RETURN(optimizer, read_megatron_torch_optimizer(files, roots, gale_name_of, swiglu, expert_ranks));
-    if (mla)  // Megatron's MLA names -> Gale's, as the weights' (read at TP 1 only)
+    if (mla)  // Megatron's MLA names -> Gale's, as the weights' (the TP pieces merged as theirs)
       for (auto& [state, by_name] : optimizer->tensors)
-        GALE_RETURN_IF_ERROR(megatron_mla_to_gale(m.args, 1, first_path, by_name));
+        GALE_RETURN_IF_ERROR(megatron_mla_to_gale(m.args, dist ? 1 : m.tensor_parallel, first_path, by_name));
   }
   if (optimizer) GALE_RETURN_IF_ERROR(take_optimizer_state(std::move(*optimizer), m));
   GALE_ASSIGN_OR_RETURN(m.model, model_args_from_json(a, where));

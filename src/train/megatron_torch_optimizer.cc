@@ -449,11 +449,6 @@ StatusOr<MegatronOptimizerState> read_megatron_torch_optimizer(
                          ", PP ", pp, ", expert TP ", int_attr(args, "expert_tensor_parallel_size", 1), ": not "
                          "supported yet (Gale reads it at TP 1 and PP 1, any expert-parallel size); ", kOutWay);
   const bool mla = flag_on(args, "multi_latent_attention");
-  if (mla && (tp > 1 || flag_on(args, "use_distributed_optimizer")))
-    return Unimplemented(first_path, ": Megatron's optimizer state of a multi-latent-attention model in the torch "
-                         "format saved at TP ", tp, flag_on(args, "use_distributed_optimizer") ? " with the distributed "
-                         "optimizer" : "", ": not supported yet (Gale reads the non-distributed optimizers' state of "
-                         "MLA models saved at TP 1); ", kOutWay);
   const PyValue* impl = args ? args->attr("transformer_impl") : nullptr;
   if (impl == nullptr || impl->kind != PyValue::kString)
     return Unimplemented(first_path, ": Megatron's args record no transformer_impl, which sets the order of the "
