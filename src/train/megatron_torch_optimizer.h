@@ -33,9 +33,9 @@
 // chunk); chunk v of pipeline rank p holds virtual stage v * PP + p's layers, numbered globally chunk-major. The
 // distributed optimizer's distrib_optim.pt holds a buffer per chunk (keys 0, 1, ...), only the first chunk bucketed
 // (training.get_model disables bucketing for the others).
-// Multi-latent attention (args.multi_latent_attention) at TP 1, non-distributed: the parameter order is the saved state
-// dict's own (torch's state_dict() and parameters() walk the modules in the same registration order), checked the same
-// way; the caller renames the state to Gale's MLA names.
+// Multi-latent attention (args.multi_latent_attention) at any TP, non-distributed or distributed: the parameter order is
+// each rank file's saved state dict's own (torch's state_dict() and parameters() walk the modules in the same
+// registration order), checked the same way; the caller renames the merged state to Gale's MLA names.
 // MoE (args.num_experts) at TP 1 and PP 1, any expert-parallel size (`experts`: the files by expert rank): the parameter
 // order is each file's saved state dict's (the router's expert_bias / qb_beta buffers left out). At EP 1 Megatron's
 // experts keep allreduce, so one optimizer holds every parameter (the file as a dense model's). At EP > 1 each expert
@@ -45,7 +45,7 @@
 // by its own buffer; every file's masters are checked against its weights, then the experts numbered globally
 // (megatron_moe_names.h's globalize_megatron_experts, as the weights).
 // Refused, naming --no-load-optim: a checkpoint without optimizer state (FailedPrecondition), rank files with different
-// chunk counts, MLA saved at TP > 1 or with the distributed optimizer, MoE at TP > 1, PP > 1, expert TP > 1, with
+// chunk counts, MoE at TP > 1, PP > 1, expert TP > 1, with
 // virtual pipeline chunks or without `experts` (torch_dcp), a dense model's ChainedOptimizer list, param groups other than the
 // two of weight decay on / off (e.g. --decoupled-lr, lr multipliers), the distributed optimizer's older per-bucket
 // distrib_optim.pt (no 'buckets_coalesced') (all Unimplemented); a missing distrib_optim.pt (NotFound); state that does
