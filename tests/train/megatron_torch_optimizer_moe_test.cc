@@ -163,6 +163,14 @@ TEST(MegatronTorchOptimizerMoeErrors, WhatIsNotReadIsNamed) {
       << m.status().message();
   EXPECT_NE(m.status().message().find("pass --no-load-optim (or --finetune)"), std::string::npos)
       << m.status().message();
+  // torch_dcp (moe/torch_dcp): a MoE model's optimizer state is read from the legacy format's rank files only.
+  m = read_with_optimizer(moe("torch_dcp"));
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kUnimplemented) << m.status().message();
+  EXPECT_NE(m.status().message().find("optimizer state of a MoE model (args.num_experts 4) in this format: not "
+                                      "supported yet"),
+            std::string::npos)
+      << m.status().message();
 }
 
 }  // namespace
