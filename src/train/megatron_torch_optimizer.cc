@@ -354,7 +354,8 @@ std::vector<MegatronBucketParam> saved_parameters(const RankChunk& chunk, int wh
   return out;
 }
 
-// A MoE model's optimizer state of tensor rank `t`, pipeline rank `p` (TP 1, PP 1, one chunk: checked by the caller),
+// A MoE model's optimizer state of tensor rank `t`, pipeline rank `p` (PP 1, expert TP = TP, one chunk: checked by the
+// caller; the TP pieces, experts' included, are merged by the caller as the weights),
 // from each expert-parallel rank's file: at EP 1 one optimizer over every parameter (Megatron's expert parameters keep
 // allreduce without expert parallelism, so get_megatron_optimizer builds no expert optimizer), at EP > 1 Megatron's
 // ChainedOptimizer's list [dense, expert] in every file (the dense state read from expert rank 0's, each file's expert
@@ -444,10 +445,11 @@ StatusOr<MegatronOptimizerState> read_megatron_torch_optimizer(
     return Unimplemented(first_path, ": Megatron's optimizer state of a MoE model (args.num_experts ", num_experts,
                          ") in this format: not supported yet (Gale reads it from the legacy torch format's rank "
                          "files); ", kOutWay);
-  if (moe && (tp > 1 || pp > 1 || int_attr(args, "expert_tensor_parallel_size", 1) > 1))
+  if (moe && (pp > 1 || int_attr(args, "expert_tensor_parallel_size", tp) != tp))
     return Unimplemented(first_path, ": Megatron's optimizer state of a MoE model in the torch format saved at TP ", tp,
-                         ", PP ", pp, ", expert TP ", int_attr(args, "expert_tensor_parallel_size", 1), ": not "
-                         "supported yet (Gale reads it at TP 1 and PP 1, any expert-parallel size); ", kOutWay);
+                         ", PP ", pp, ", expert TP ", int_attr(args, "expert_tensor_parallel_size", tp), ": not "
+                         "supported yet (Gale reads it at PP 1 with expert TP = TP, any TP and expert-parallel size); ",
+                         kOutWay);
   const bool mla = flag_on(args, "multi_latent_attention");
   const PyValue* impl = args ? args->attr("transformer_impl") : nullptr;
   if (impl == nullptr || impl->kind != PyValue::kString)

@@ -1,11 +1,11 @@
 // Megatron's legacy torch-format optimizer state of a MoE model at EP 1 and EP 2: the chained torch_dist state, element
 // for element.
 //
-// tests/data/megatron/moe/torch_adam_{ep1,ep2,distopt_ep1,distopt_ep2} come from
+// tests/data/megatron/moe/torch_adam_{ep1,ep2,distopt_ep1,distopt_ep2,tp2ep2,distopt_tp2ep2} come from
 // tools/reference/megatron_torch_moe_optim_reference.py: moe/torch_dist_adam_chained's AdamW state (its masters and
 // moments) written by Megatron core_v0.12.1's own optimizer classes as a --bf16 run saves it in the torch format: at
-// EP 1 one optimizer over every parameter, at EP 2 ChainedOptimizer's [dense, expert] list in each expert rank's file
-// (and in distrib_optim.pt). Every state tensor and master must equal what Gale reads from torch_dist_adam_chained (an
+// EP 1 one optimizer over every parameter, at EP 2 (and TP 2 x EP 2, the TP pieces cut as Megatron's layers split them)
+// ChainedOptimizer's [dense, expert] list in each expert rank's file (and in distrib_optim.pt). Every state tensor and master must equal what Gale reads from torch_dist_adam_chained (an
 // independent reader); a swapped pair of experts is caught by the masters' check; what is not read is refused.
 #include <gtest/gtest.h>
 
@@ -43,7 +43,9 @@ TEST(MegatronTorchOptimizerMoe, EveryLayoutGivesTheChainedState) {
   const std::pair<const char*, const char*> fixtures[] = {{"torch_adam_ep1", "non-distributed"},
                                                           {"torch_adam_ep2", "non-distributed"},
                                                           {"torch_adam_distopt_ep1", "dp_zero_gather_scatter"},
-                                                          {"torch_adam_distopt_ep2", "dp_zero_gather_scatter"}};
+                                                          {"torch_adam_distopt_ep2", "dp_zero_gather_scatter"},
+                                                          {"torch_adam_tp2ep2", "non-distributed"},
+                                                          {"torch_adam_distopt_tp2ep2", "dp_zero_gather_scatter"}};
   for (const auto& [name, layout] : fixtures) {
     SCOPED_TRACE(name);
     auto m = read_with_optimizer(moe(name));
@@ -79,7 +81,8 @@ TEST(MegatronTorchOptimizerMoe, EveryLayoutGivesTheChainedState) {
 // A copy of fixture `name` with `edit` applied to the root of rank file `rank` (or to its distrib_optim.pt).
 std::string edited(TempDir& tmp, const std::string& name, const std::string& rank, const std::string& file,
                    const std::function<void(PyValue&)>& edit) {
-  const std::string dir = tmp.file(name + "_" + rank + "_" + file);
+  static int copies = 0;
+  const std::string dir = tmp.file(name + "_" + rank + "_" + std::to_string(copies++));
   fs::copy(moe(name), dir, fs::copy_options::recursive);
   const std::string path = dir + "/iter_0000007/" + rank + "/" + file;
   auto root = read_torch_file(path);
@@ -153,11 +156,14 @@ TEST(MegatronTorchOptimizerMoeErrors, WhatIsNotReadIsNamed) {
                                       "ChainedOptimizer) is not marked is_expert_parallel"),
             std::string::npos)
       << m.status().message();
-  // TP 2 x EP 2 (moe/torch_tp2ep2): refused before its (absent) optimizer state is looked for.
-  m = read_with_optimizer(moe("torch_tp2ep2"));
+  // Expert TP 2 recorded with TP 1 (experts not split as the dense layers): refused.
+  m = read_with_optimizer(edited(tmp, "torch_adam_ep2", "mp_rank_00_000", "model_optim_rng.pt", [](PyValue& root) {
+    for (auto& [k, v] : root.entries)
+      if (k->kind == PyValue::kString && k->s == "args") v->state->set("expert_tensor_parallel_size", PyValue::integer(2));
+  }));
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), StatusCode::kUnimplemented) << m.status().message();
-  EXPECT_NE(m.status().message().find("optimizer state of a MoE model in the torch format saved at TP 2, PP 1, expert "
+  EXPECT_NE(m.status().message().find("optimizer state of a MoE model in the torch format saved at TP 1, PP 1, expert "
                                       "TP 2: not supported yet"),
             std::string::npos)
       << m.status().message();

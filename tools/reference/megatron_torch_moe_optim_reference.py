@@ -24,6 +24,10 @@ rounded to bf16; the router's expert_bias, a buffer, and the _extra_state entrie
                            distrib_optim.pt = [dense get_parameter_state_dp_zero() on dense-DP rank 0 else None,
                            expert one on expert-DP rank 0] (so mp_rank_00_001's is [None, its experts']); the dense
                            buffer over the dense DP group of 2, each expert buffer over its expert DP group of 1
+  torch_adam_tp2ep2/, torch_adam_distopt_tp2ep2/  the two EP 2 layouts at TP 2 x EP 2 (world 4: dense DP 2, expert TP
+                           2, expert DP 1), mp_rank_TT_EEE: each rank's TP pieces cut as Megatron's layers split them
+                           (cut(): megatron_moe_reference.py's rules, whose torch_tp2ep2 Megatron's own model
+                           reproduces), the dense state from each tensor rank's dense-DP rank 0 (expert rank 0)
 Megatron core_v0.12.1's own code builds every piece: _get_param_groups (over a stand-in chunk whose named_parameters
 are the rank's parameters in torch_ep1's state-dict order, Megatron's registration order, with the allreduce flags
 Megatron's layers set), the get_megatron_optimizer split of the groups (is_expert_parallel), the optimizers'
@@ -105,7 +109,24 @@ def is_param(key, value):
     return torch.is_tensor(value) and not key.endswith("_extra_state") and not key.endswith(".router.expert_bias")
 
 
-def rank_model(src_sd, state, ep, e, local_experts):
+def cut(k, v, tp, t):
+    """Tensor-parallel piece t of tp of `v` (torch-format name k) as Megatron's layers split it (expert TP = TP; the
+    rules of megatron_moe_reference.py, whose torch_tp2ep2 Megatron's model reproduces): SwiGLU linear_fc1 (experts'
+    and shared expert's) [gate piece; up piece], rows of linear_qkv, word embeddings and output layer, columns of
+    linear_proj and linear_fc2; norms and the router whole."""
+    if tp == 1:
+        return v.clone()
+    if k.endswith("linear_fc1.weight"):
+        gate, up = v.chunk(2, 0)
+        return torch.cat([gate.chunk(tp, 0)[t], up.chunk(tp, 0)[t]], 0).clone()
+    if any(k.endswith(x) for x in ("linear_qkv.weight", "word_embeddings.weight", "output_layer.weight")):
+        return v.chunk(tp, 0)[t].clone()
+    if any(k.endswith(x) for x in ("linear_proj.weight", "linear_fc2.weight")):
+        return v.chunk(tp, 1)[t].clone()
+    return v.clone()
+
+
+def rank_model(src_sd, state, ep, e, local_experts, tp=1, t=0):
     """EP rank e's state dict (torch_ep1's order, local experts renumbered) and its parameters [(file name, global)]."""
     sd, params = {}, []
     for key, v in src_sd.items():
@@ -117,7 +138,7 @@ def rank_model(src_sd, state, ep, e, local_experts):
                 continue
             name = "%s%d%s" % (m.group(1), g % local_experts, m.group(3))
         if is_param(key, v):
-            assert state[key]["fp32_param"].shape == v.shape, key
+            assert state[key]["fp32_param"].shape == cut(key, v, tp, t).shape, key
             sd[name] = state[key]["fp32_param"].to(torch.bfloat16)
             params.append((name, key, m is not None))
         else:
@@ -125,18 +146,20 @@ def rank_model(src_sd, state, ep, e, local_experts):
     return sd, params
 
 
-def worker(rank, world, port, out, name, src, state, sched_sd, lr, ep, distributed):
+def worker(rank, world, port, out, name, src, state, sched_sd, lr, tp, ep, distributed):
     from megatron.core.optimizer import _get_param_groups
     from megatron.core.optimizer.optimizer import ChainedOptimizer, Float16OptimizerWithFloat16Params
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     from megatron.core import parallel_state
-    parallel_state.initialize_model_parallel(1, 1, expert_model_parallel_size=ep)
+    parallel_state.initialize_model_parallel(tp, 1, expert_model_parallel_size=ep, expert_tensor_parallel_size=tp)
+    t = parallel_state.get_tensor_model_parallel_rank()
+    state = {k: {n: cut(k, v, tp, t) for n, v in s.items()} for k, s in state.items()}  # this TP rank's pieces
     dense_dp = parallel_state.get_data_parallel_group()  # TP 1, PP 1: every rank a dense data-parallel rank
     expert_dp = parallel_state.get_expert_data_parallel_group()
     e = parallel_state.get_expert_model_parallel_rank()
     experts = src["args"].num_experts
-    sd, params = rank_model(src["model"], state, ep, e, experts // ep)
+    sd, params = rank_model(src["model"], state, ep, e, experts // ep, tp, t)
     masters, names = {}, {}
     named = []
     for file_name, global_name, is_expert in params:
@@ -169,7 +192,7 @@ def worker(rank, world, port, out, name, src, state, sched_sd, lr, ep, distribut
                                 "exp_avg_sq": s["exp_avg_sq"].clone()}
         return opt, ms
 
-    d = os.path.join(out, "iter_%07d" % ITERATION, "mp_rank_00" if ep == 1 else "mp_rank_00_%03d" % e)
+    d = os.path.join(out, "iter_%07d" % ITERATION, "mp_rank_%02d" % t if ep == 1 else "mp_rank_%02d_%03d" % (t, e))
     writes = dist.get_rank(expert_dp) == 0  # checkpointing.py: expert-data-parallel rank 0 writes the rank file
     chained = []
     if not distributed:
@@ -235,7 +258,8 @@ def worker(rank, world, port, out, name, src, state, sched_sd, lr, ep, distribut
         args.global_batch_size, args.micro_batch_size = GBS, 1
         args.consumed_train_samples = ITERATION * GBS
         args.iteration = ITERATION
-        args.expert_model_parallel_size, args.world_size, args.data_parallel_size = ep, world, world
+        args.expert_model_parallel_size, args.world_size, args.data_parallel_size = ep, world, world // tp
+        args.tensor_model_parallel_size, args.expert_tensor_parallel_size = tp, tp
         args.use_distributed_optimizer = distributed
         args.overlap_grad_reduce, args.ddp_bucket_size = distributed, BUCKET if distributed else None
         args.accumulate_allreduce_grads_in_fp32 = True
@@ -253,13 +277,17 @@ def main():
                      map_location="cpu")
     keys = [k for k, v in src["model"].items() if is_param(k, v)]
     assert sorted(keys) == sorted(state), (sorted(set(keys) ^ set(state)))
-    for k, (name, world, ep, distributed) in enumerate((("torch_adam_ep1", 1, 1, False),
-                                                        ("torch_adam_ep2", 2, 2, False),
-                                                        ("torch_adam_distopt_ep1", 2, 1, True),
-                                                        ("torch_adam_distopt_ep2", 2, 2, True))):
+    for k, (name, world, tp, ep, distributed) in enumerate((("torch_adam_ep1", 1, 1, 1, False),
+                                                            ("torch_adam_ep2", 2, 1, 2, False),
+                                                            ("torch_adam_distopt_ep1", 2, 1, 1, True),
+                                                            ("torch_adam_distopt_ep2", 2, 1, 2, True),
+                                                            ("torch_adam_tp2ep2", 4, 2, 2, False),
+                                                            ("torch_adam_distopt_tp2ep2", 4, 2, 2, True))):
+        if os.environ.get("ONLY") and name not in os.environ["ONLY"].split(","):
+            continue
         out = os.path.join(fixtures, name)
         shutil.rmtree(out, ignore_errors=True)
-        mp.spawn(worker, args=(world, 29000 + os.getpid() % 400 + 50 * k, out, name, src, state, sched_sd, lr, ep,
+        mp.spawn(worker, args=(world, 29000 + os.getpid() % 400 + 50 * k, out, name, src, state, sched_sd, lr, tp, ep,
                                distributed), nprocs=world, join=True)
         with open(os.path.join(out, "latest_checkpointed_iteration.txt"), "w") as f:
             f.write(str(ITERATION))
