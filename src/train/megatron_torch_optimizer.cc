@@ -354,15 +354,16 @@ std::vector<MegatronBucketParam> saved_parameters(const RankChunk& chunk, int wh
   return out;
 }
 
-// A MoE model's optimizer state of tensor rank `t`, pipeline rank `p` (PP 1, expert TP = TP, one chunk: checked by the
-// caller; the TP pieces, experts' included, are merged by the caller as the weights),
+// A MoE model's optimizer state of tensor rank `t`, pipeline rank `p` (expert TP = TP, one chunk, untied embeddings at
+// PP > 1: checked by the caller; the TP pieces, experts' included, are merged by the caller as the weights; the stage's
+// layers numbered from `layer_offset`),
 // from each expert-parallel rank's file: at EP 1 one optimizer over every parameter (Megatron's expert parameters keep
 // allreduce without expert parallelism, so get_megatron_optimizer builds no expert optimizer), at EP > 1 Megatron's
 // ChainedOptimizer's list [dense, expert] in every file (the dense state read from expert rank 0's, each file's expert
 // state over its own local experts). The experts are renumbered globally as the weights are (expert rank e's local
 // expert j is expert e * E / EP + j). `scaler` gets the optimizer dict whose grad_scaler is the run's.
 Status read_moe_rank(const MegatronExpertRankFiles& ex, int64_t t, int64_t p, int64_t num_experts, bool distributed,
-                     MegatronRankState* out, std::set<int64_t>* steps, const PyValue** scaler) {
+                     int64_t layer_offset, MegatronRankState* out, std::set<int64_t>* steps, const PyValue** scaler) {
   int64_t ep = 0;
   for (const auto& [rank, path] : ex.files)
     if (std::get<0>(rank) == t && std::get<1>(rank) == p) ep = std::max(ep, std::get<2>(rank) + 1);
@@ -422,7 +423,7 @@ Status read_moe_rank(const MegatronExpertRankFiles& ex, int64_t t, int64_t p, in
       for (auto& [at, x] : pieces) d.entries.emplace_back(PyValue::str(std::get<0>(at)), PyValue::tensor(std::move(x)));
       GALE_RETURN_IF_ERROR(globalize_megatron_experts(d, e, local_experts, str_cat(path, " (optimizer state '", name,
                                                                                    "')")));
-      for (auto& [k, v] : d.entries) (*out)[name][{k->s, -1, -1}] = v->data;
+      for (auto& [k, v] : d.entries) (*out)[name][{shifted(k->s, layer_offset), -1, -1}] = v->data;
     }
   }
   return Status::Ok();
@@ -445,11 +446,13 @@ StatusOr<MegatronOptimizerState> read_megatron_torch_optimizer(
     return Unimplemented(first_path, ": Megatron's optimizer state of a MoE model (args.num_experts ", num_experts,
                          ") in this format: not supported yet (Gale reads it from the legacy torch format's rank "
                          "files); ", kOutWay);
-  if (moe && (pp > 1 || int_attr(args, "expert_tensor_parallel_size", tp) != tp))
+  if (moe && int_attr(args, "expert_tensor_parallel_size", tp) != tp)
     return Unimplemented(first_path, ": Megatron's optimizer state of a MoE model in the torch format saved at TP ", tp,
-                         ", PP ", pp, ", expert TP ", int_attr(args, "expert_tensor_parallel_size", tp), ": not "
-                         "supported yet (Gale reads it at PP 1 with expert TP = TP, any TP and expert-parallel size); ",
-                         kOutWay);
+                         " with expert TP ", int_attr(args, "expert_tensor_parallel_size", tp), ": not supported yet "
+                         "(Gale reads it with expert TP = TP); ", kOutWay);
+  if (moe && pp > 1 && !flag_on(args, "untie_embeddings_and_output_weights"))
+    return Unimplemented(first_path, ": Megatron's optimizer state of a MoE model with tied embeddings at PP ", pp,
+                         " in the torch format: not supported yet; ", kOutWay);
   const bool mla = flag_on(args, "multi_latent_attention");
   const PyValue* impl = args ? args->attr("transformer_impl") : nullptr;
   if (impl == nullptr || impl->kind != PyValue::kString)
@@ -501,7 +504,8 @@ StatusOr<MegatronOptimizerState> read_megatron_torch_optimizer(
       MegatronRankState local;
       const PyValue* scaler_of = opt;  // the optimizer dict with the run's grad_scaler
       if (moe) {
-        GALE_RETURN_IF_ERROR(read_moe_rank(experts, t, p, num_experts, distributed, &local, &steps, &scaler_of));
+        GALE_RETURN_IF_ERROR(read_moe_rank(experts, t, p, num_experts, distributed, chunk_offset.at({0, p}), &local,
+                                           &steps, &scaler_of));
       } else {
         // The rank's parameters: each chunk's in model.parameters() order, one chunk after the other (Megatron's
         // _get_param_groups walks the chunks in order), named with their global layer numbers.

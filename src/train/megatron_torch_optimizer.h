@@ -36,8 +36,8 @@
 // Multi-latent attention (args.multi_latent_attention) at any TP, non-distributed or distributed: the parameter order is
 // each rank file's saved state dict's own (torch's state_dict() and parameters() walk the modules in the same
 // registration order), checked the same way; the caller renames the merged state to Gale's MLA names.
-// MoE (args.num_experts) at PP 1, any TP (expert TP = TP) and expert-parallel size (`experts`: the files by expert rank;
-// the TP pieces merged as the weights'): the parameter
+// MoE (args.num_experts) at any TP (expert TP = TP), PP (untied embeddings) and expert-parallel size (`experts`: the
+// files by expert rank; the TP pieces merged as the weights', each stage's layers at their global numbers): the parameter
 // order is each file's saved state dict's (the router's expert_bias / qb_beta buffers left out). At EP 1 Megatron's
 // experts keep allreduce, so one optimizer holds every parameter (the file as a dense model's). At EP > 1 each expert
 // rank's file holds ChainedOptimizer.state_dict()'s list [dense, expert] (the dense state read from expert rank 0's,
@@ -46,7 +46,7 @@
 // by its own buffer; every file's masters are checked against its weights, then the experts numbered globally
 // (megatron_moe_names.h's globalize_megatron_experts, as the weights).
 // Refused, naming --no-load-optim: a checkpoint without optimizer state (FailedPrecondition), rank files with different
-// chunk counts, MoE at PP > 1, expert TP other than TP, with
+// chunk counts, MoE with expert TP other than TP, tied embeddings at PP > 1,
 // virtual pipeline chunks or without `experts` (torch_dcp), a dense model's ChainedOptimizer list, param groups other than the
 // two of weight decay on / off (e.g. --decoupled-lr, lr multipliers), the distributed optimizer's older per-bucket
 // distrib_optim.pt (no 'buckets_coalesced') (all Unimplemented); a missing distrib_optim.pt (NotFound); state that does

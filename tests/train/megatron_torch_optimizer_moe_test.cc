@@ -1,10 +1,11 @@
 // Megatron's legacy torch-format optimizer state of a MoE model at EP 1 and EP 2: the chained torch_dist state, element
 // for element.
 //
-// tests/data/megatron/moe/torch_adam_{ep1,ep2,distopt_ep1,distopt_ep2,tp2ep2,distopt_tp2ep2} come from
+// tests/data/megatron/moe/torch_adam_{ep1,ep2,distopt_ep1,distopt_ep2,tp2ep2,distopt_tp2ep2,pp2ep2,distopt_pp2ep2} come from
 // tools/reference/megatron_torch_moe_optim_reference.py: moe/torch_dist_adam_chained's AdamW state (its masters and
 // moments) written by Megatron core_v0.12.1's own optimizer classes as a --bf16 run saves it in the torch format: at
-// EP 1 one optimizer over every parameter, at EP 2 (and TP 2 x EP 2, the TP pieces cut as Megatron's layers split them)
+// EP 1 one optimizer over every parameter, at EP 2 (and TP 2 x EP 2, the TP pieces cut as Megatron's layers split them;
+// PP 2 x EP 2, a layer per stage, mp_rank_TT_PPP_EEE)
 // ChainedOptimizer's [dense, expert] list in each expert rank's file (and in distrib_optim.pt). Every state tensor and master must equal what Gale reads from torch_dist_adam_chained (an
 // independent reader); a swapped pair of experts is caught by the masters' check; what is not read is refused.
 #include <gtest/gtest.h>
@@ -45,7 +46,9 @@ TEST(MegatronTorchOptimizerMoe, EveryLayoutGivesTheChainedState) {
                                                           {"torch_adam_distopt_ep1", "dp_zero_gather_scatter"},
                                                           {"torch_adam_distopt_ep2", "dp_zero_gather_scatter"},
                                                           {"torch_adam_tp2ep2", "non-distributed"},
-                                                          {"torch_adam_distopt_tp2ep2", "dp_zero_gather_scatter"}};
+                                                          {"torch_adam_distopt_tp2ep2", "dp_zero_gather_scatter"},
+                                                          {"torch_adam_pp2ep2", "non-distributed"},
+                                                          {"torch_adam_distopt_pp2ep2", "dp_zero_gather_scatter"}};
   for (const auto& [name, layout] : fixtures) {
     SCOPED_TRACE(name);
     auto m = read_with_optimizer(moe(name));
@@ -163,11 +166,22 @@ TEST(MegatronTorchOptimizerMoeErrors, WhatIsNotReadIsNamed) {
   }));
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), StatusCode::kUnimplemented) << m.status().message();
-  EXPECT_NE(m.status().message().find("optimizer state of a MoE model in the torch format saved at TP 1, PP 1, expert "
+  EXPECT_NE(m.status().message().find("optimizer state of a MoE model in the torch format saved at TP 1 with expert "
                                       "TP 2: not supported yet"),
             std::string::npos)
       << m.status().message();
   EXPECT_NE(m.status().message().find("pass --no-load-optim (or --finetune)"), std::string::npos)
+      << m.status().message();
+  // Tied embeddings at PP 2 (args without untie_embeddings_and_output_weights on the PP 2 x EP 2 files).
+  m = read_with_optimizer(edited(tmp, "torch_adam_pp2ep2", "mp_rank_00_000_000", "model_optim_rng.pt", [](PyValue& root) {
+    for (auto& [k, v] : root.entries)
+      if (k->kind == PyValue::kString && k->s == "args")
+        v->state->set("untie_embeddings_and_output_weights", PyValue::boolean(false));
+  }));
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("optimizer state of a MoE model with tied embeddings at PP 2 in the torch "
+                                      "format: not supported yet"),
+            std::string::npos)
       << m.status().message();
   // torch_dcp (moe/torch_dcp): a MoE model's optimizer state is read from the legacy format's rank files only.
   m = read_with_optimizer(moe("torch_dcp"));

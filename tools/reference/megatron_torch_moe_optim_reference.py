@@ -28,6 +28,9 @@ rounded to bf16; the router's expert_bias, a buffer, and the _extra_state entrie
                            2, expert DP 1), mp_rank_TT_EEE: each rank's TP pieces cut as Megatron's layers split them
                            (cut(): megatron_moe_reference.py's rules, whose torch_tp2ep2 Megatron's own model
                            reproduces), the dense state from each tensor rank's dense-DP rank 0 (expert rank 0)
+  torch_adam_pp2ep2/, torch_adam_distopt_pp2ep2/  the same at PP 2 x EP 2 (world 4: dense DP 2, expert DP 1), one layer
+                           per stage (the embedding on the first, the final norm and output layer on the last), each
+                           stage's file numbering its layer 0, mp_rank_00_PPP_EEE
 Megatron core_v0.12.1's own code builds every piece: _get_param_groups (over a stand-in chunk whose named_parameters
 are the rank's parameters in torch_ep1's state-dict order, Megatron's registration order, with the allreduce flags
 Megatron's layers set), the get_megatron_optimizer split of the groups (is_expert_parallel), the optimizers'
@@ -126,12 +129,28 @@ def cut(k, v, tp, t):
     return v.clone()
 
 
-def rank_model(src_sd, state, ep, e, local_experts, tp=1, t=0):
-    """EP rank e's state dict (torch_ep1's order, local experts renumbered) and its parameters [(file name, global)]."""
+def stage_name(key, pp, p, num_layers):
+    """`key` as pipeline stage p of pp names it (its layers numbered from 0; the embedding on the first stage, the final
+    norm and output layer on the last), None when another stage holds it."""
+    m = re.match(r"^decoder\.layers\.(\d+)\.(.*)$", key)
+    per = num_layers // pp
+    if m:
+        layer = int(m.group(1))
+        return "decoder.layers.%d.%s" % (layer - p * per, m.group(2)) if layer // per == p else None
+    if key.startswith("embedding."):
+        return key if p == 0 else None
+    return key if p == pp - 1 else None
+
+
+def rank_model(src_sd, state, ep, e, local_experts, tp=1, t=0, pp=1, p=0, num_layers=0):
+    """(EP rank e, TP rank t, stage p)'s state dict (torch_ep1's order, local experts renumbered) and its parameters
+    [(file name, global)]."""
     sd, params = {}, []
     for key, v in src_sd.items():
-        name = key
-        m = EXPERT.match(key)
+        name = stage_name(key, pp, p, num_layers)
+        if name is None:
+            continue
+        m = EXPERT.match(name)
         if m:
             g = int(m.group(2))
             if g // local_experts != e:
@@ -146,20 +165,21 @@ def rank_model(src_sd, state, ep, e, local_experts, tp=1, t=0):
     return sd, params
 
 
-def worker(rank, world, port, out, name, src, state, sched_sd, lr, tp, ep, distributed):
+def worker(rank, world, port, out, name, src, state, sched_sd, lr, tp, ep, distributed, pp=1):
     from megatron.core.optimizer import _get_param_groups
     from megatron.core.optimizer.optimizer import ChainedOptimizer, Float16OptimizerWithFloat16Params
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     from megatron.core import parallel_state
-    parallel_state.initialize_model_parallel(tp, 1, expert_model_parallel_size=ep, expert_tensor_parallel_size=tp)
+    parallel_state.initialize_model_parallel(tp, pp, expert_model_parallel_size=ep, expert_tensor_parallel_size=tp)
     t = parallel_state.get_tensor_model_parallel_rank()
+    p = parallel_state.get_pipeline_model_parallel_rank()
     state = {k: {n: cut(k, v, tp, t) for n, v in s.items()} for k, s in state.items()}  # this TP rank's pieces
-    dense_dp = parallel_state.get_data_parallel_group()  # TP 1, PP 1: every rank a dense data-parallel rank
+    dense_dp = parallel_state.get_data_parallel_group()
     expert_dp = parallel_state.get_expert_data_parallel_group()
     e = parallel_state.get_expert_model_parallel_rank()
     experts = src["args"].num_experts
-    sd, params = rank_model(src["model"], state, ep, e, experts // ep, tp, t)
+    sd, params = rank_model(src["model"], state, ep, e, experts // ep, tp, t, pp, p, src["args"].num_layers)
     masters, names = {}, {}
     named = []
     for file_name, global_name, is_expert in params:
@@ -192,7 +212,8 @@ def worker(rank, world, port, out, name, src, state, sched_sd, lr, tp, ep, distr
                                 "exp_avg_sq": s["exp_avg_sq"].clone()}
         return opt, ms
 
-    d = os.path.join(out, "iter_%07d" % ITERATION, "mp_rank_%02d" % t if ep == 1 else "mp_rank_%02d_%03d" % (t, e))
+    d = os.path.join(out, "iter_%07d" % ITERATION, "mp_rank_%02d" % t + ("_%03d" % p if pp > 1 else "") +
+                     ("_%03d" % e if ep > 1 else ""))
     writes = dist.get_rank(expert_dp) == 0  # checkpointing.py: expert-data-parallel rank 0 writes the rank file
     chained = []
     if not distributed:
@@ -260,6 +281,7 @@ def worker(rank, world, port, out, name, src, state, sched_sd, lr, tp, ep, distr
         args.iteration = ITERATION
         args.expert_model_parallel_size, args.world_size, args.data_parallel_size = ep, world, world // tp
         args.tensor_model_parallel_size, args.expert_tensor_parallel_size = tp, tp
+        args.pipeline_model_parallel_size, args.data_parallel_size = pp, world // (tp * pp)
         args.use_distributed_optimizer = distributed
         args.overlap_grad_reduce, args.ddp_bucket_size = distributed, BUCKET if distributed else None
         args.accumulate_allreduce_grads_in_fp32 = True
@@ -282,13 +304,16 @@ def main():
                                                             ("torch_adam_distopt_ep1", 2, 1, 1, True),
                                                             ("torch_adam_distopt_ep2", 2, 1, 2, True),
                                                             ("torch_adam_tp2ep2", 4, 2, 2, False),
-                                                            ("torch_adam_distopt_tp2ep2", 4, 2, 2, True))):
+                                                            ("torch_adam_distopt_tp2ep2", 4, 2, 2, True),
+                                                            ("torch_adam_pp2ep2", 4, 1, 2, False),
+                                                            ("torch_adam_distopt_pp2ep2", 4, 1, 2, True))):
         if os.environ.get("ONLY") and name not in os.environ["ONLY"].split(","):
             continue
         out = os.path.join(fixtures, name)
         shutil.rmtree(out, ignore_errors=True)
+        pp = 2 if "pp2" in name else 1
         mp.spawn(worker, args=(world, 29000 + os.getpid() % 400 + 50 * k, out, name, src, state, sched_sd, lr, tp, ep,
-                               distributed), nprocs=world, join=True)
+                               distributed, pp), nprocs=world, join=True)
         with open(os.path.join(out, "latest_checkpointed_iteration.txt"), "w") as f:
             f.write(str(ITERATION))
         print("wrote", out)
