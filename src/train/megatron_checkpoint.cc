@@ -247,7 +247,7 @@ int64_t json_int(const nlohmann::json& j, const char* key, int64_t fallback) {
 // state dicts by (tensor rank, pipeline rank), each expert-parallel rank's experts merged in under
 // global expert numbers (train/megatron_moe_names.h); sets m.tensor_parallel / m.pipeline_parallel.
 Status read_rank_files(MegatronCheckpoint& m, std::map<std::pair<int64_t, int64_t>, std::string>& files,
-                       std::map<std::pair<int64_t, int64_t>, PyRef>& roots) {
+                       std::map<std::pair<int64_t, int64_t>, PyRef>& roots, MegatronExpertRankFiles* ranked_out) {
   std::map<std::vector<int64_t>, std::string> by_name;  // the numbers of mp_rank_TT[_NNN][_NNN]
   for (const auto& e : fs::directory_iterator(m.directory)) {
     const std::string name = e.path().filename().string();
@@ -287,6 +287,8 @@ Status read_rank_files(MegatronCheckpoint& m, std::map<std::pair<int64_t, int64_
     ranked_roots[rank] = by_name_roots.at(n);
   }
   GALE_RETURN_IF_ERROR(merge_expert_rank_files(ranked, ranked_roots, args, &files, &roots));
+  ranked_out->files = ranked;  // each expert-parallel rank's own file, for its optimizer state
+  ranked_out->roots = ranked_roots;
   for (const auto& [rank, path] : files) {
     m.tensor_parallel = std::max(m.tensor_parallel, rank.first + 1);
     m.pipeline_parallel = std::max(m.pipeline_parallel, rank.second + 1);
@@ -357,6 +359,7 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
   std::map<std::pair<int64_t, int64_t>, std::string> files;
   std::map<std::pair<int64_t, int64_t>, PyRef> roots;
   std::optional<MegatronOptimizerState> optimizer;
+  MegatronExpertRankFiles expert_ranks;  // the torch format's files by (tensor, pipeline, expert) rank
   if (dist) {
     // A Gated DeltaNet model: its optimizer state refused before it is read (below), its sharded in_proj /
     // conv1d sections joined (train/megatron_gdn_dist.h).
@@ -375,7 +378,7 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
     roots[{0, 0}] = state.root;
     optimizer = std::move(state.optimizer);
   } else {
-    GALE_RETURN_IF_ERROR(read_rank_files(m, files, roots));
+    GALE_RETURN_IF_ERROR(read_rank_files(m, files, roots, &expert_ranks));
   }
   const PyValue& first = *roots.at({0, 0});
   const std::string first_path = files.at({0, 0});
@@ -489,10 +492,10 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
   if (!m.args.value("untie_embeddings_and_output_weights", false)) m.tensors.erase("output_layer.weight");
   // Each rank file's optimizer (and distrib_optim.pt), merged; torch_dcp's plain state dict as one rank file's.
   if (with_optimizer && format != CheckpointFormat::kMegatronTorchDist) {
-    GALE_ASSIGN_OR_RETURN(optimizer, read_megatron_torch_optimizer(files, roots, gale_name_of, swiglu));
-    if (mla)  // Megatron's MLA names -> Gale's, as the weights' (read at TP 1 only)
+    GALE_ASSIGN_OR_RETURN(optimizer, read_megatron_torch_optimizer(files, roots, gale_name_of, swiglu, expert_ranks));
+    if (mla)  // Megatron's MLA names -> Gale's, as the weights' (the TP pieces merged as theirs)
       for (auto& [state, by_name] : optimizer->tensors)
-        GALE_RETURN_IF_ERROR(megatron_mla_to_gale(m.args, 1, first_path, by_name));
+        GALE_RETURN_IF_ERROR(megatron_mla_to_gale(m.args, dist ? 1 : m.tensor_parallel, first_path, by_name));
   }
   if (optimizer) GALE_RETURN_IF_ERROR(take_optimizer_state(std::move(*optimizer), m));
   GALE_ASSIGN_OR_RETURN(m.model, model_args_from_json(a, where));

@@ -10,6 +10,7 @@
 #include "ckpt/safetensors_dtype.h"
 #include "ckpt/torch_file.h"
 #include "train/megatron_bucket_optimizer.h"
+#include "train/megatron_moe_names.h"
 #include "train/megatron_tp_split.h"
 
 namespace gale {
@@ -133,8 +134,9 @@ StatusOr<Tensor> state_tensor(const PyValue& v, const Shape& shape, const std::s
 
 // The non-distributed optimizers' state of one rank: torch's {'state', 'param_groups'} (inside
 // Float16OptimizerWithFloat16Params's 'optimizer', with its 'fp32_from_fp16_params').
+// `experts`: the expert optimizer of Megatron's ChainedOptimizer (its param groups marked is_expert_parallel).
 Status read_non_distributed(const RankFile& r, const PyValue& opt, const std::vector<MegatronBucketParam>& order,
-                            MegatronRankState* out, std::set<int64_t>* steps) {
+                            MegatronRankState* out, std::set<int64_t>* steps, bool experts = false) {
   const std::string where = r.path + " (optimizer)";
   const PyValue* masters = opt.get("fp32_from_fp16_params");
   const PyValue* inner = masters ? opt.get("optimizer") : &opt;
@@ -163,7 +165,15 @@ Status read_non_distributed(const RankFile& r, const PyValue& opt, const std::ve
                       kOutWay);
     const double wd_mult = wd->kind == PyValue::kFloat ? wd->f : static_cast<double>(wd->i);
     const int c = wd_mult == 0 ? 1 : 0;
+    if (experts) {  // the expert optimizer's groups are the expert parameters'
+      const PyValue* v = group.get("is_expert_parallel");
+      if (v == nullptr || v->kind != PyValue::kBool || !v->b)
+        return DataLoss(where, ": param group ", g, " of the expert optimizer (the second of Megatron's "
+                        "ChainedOptimizer) is not marked is_expert_parallel: expected the expert parameters' groups; ",
+                        kOutWay);
+    }
     for (const char* extra : {"lr_mult", "is_expert_parallel", "is_decoupled_lr"}) {
+      if (experts && std::string(extra) == "is_expert_parallel") continue;
       const PyValue* v = group.get(extra);
       const bool other = v && ((v->kind == PyValue::kFloat && v->f != 1.0 && std::string(extra) == "lr_mult") ||
                                (v->kind == PyValue::kBool && v->b));
@@ -243,8 +253,11 @@ Status read_non_distributed(const RankFile& r, const PyValue& opt, const std::ve
 // The distributed optimizer's distrib_optim.pt of one rank, cut by the buffer layout of the saved args.
 // With virtual pipeline chunks `orders` holds each chunk's parameters: one buffer per chunk (keys 0, 1, ... of the file),
 // bucketing disabled for the chunks after the first (training.get_model).
+// With Megatron's ChainedOptimizer (MoE at EP > 1) the file holds its list [dense state or None, expert state or None]
+// (ChainedOptimizer.save_parameter_state; each entry written by that optimizer's data-parallel rank 0): `chained` is the
+// entry to read (-1: the file is one optimizer's dict).
 Status read_distributed(const RankFile& r, const PyValue& opt, const std::vector<std::vector<MegatronBucketParam>>& orders,
-                        MegatronRankState* out, std::set<int64_t>* steps) {
+                        MegatronRankState* out, std::set<int64_t>* steps, int64_t chained = -1) {
   const std::string where = r.path + " (optimizer)";
   const PyValue* inner = opt.get("optimizer");
   if (inner == nullptr || inner->kind != PyValue::kDict)
@@ -257,6 +270,17 @@ Status read_distributed(const RankFile& r, const PyValue& opt, const std::vector
                     "keeps in this file (save_parameter_state, written by data-parallel rank 0), but it is missing; ",
                     kOutWay);
   GALE_ASSIGN_OR_RETURN(PyRef state, read_torch_file(file));
+  if (chained >= 0) {
+    if (state->kind != PyValue::kList || state->items.size() != 2)
+      return DataLoss(file, ": expected ChainedOptimizer.save_parameter_state's list [dense, expert] of "
+                      "get_parameter_state_dp_zero dicts, found ", state->kind == PyValue::kList
+                      ? str_cat("a list of ", state->items.size()) : state->type_name(), "; ", kOutWay);
+    PyRef entry = state->items[static_cast<size_t>(chained)];
+    if (entry->kind == PyValue::kNone)
+      return DataLoss(file, ": holds no parameter state of the ", chained ? "expert" : "dense", " optimizer (None: "
+                      "this rank was not its data-parallel rank 0), where Gale reads it from; ", kOutWay);
+    state = entry;
+  }
   if (state->kind != PyValue::kDict)
     return DataLoss(file, ": expected get_parameter_state_dp_zero's dict, found ", state->type_name(), "; ", kOutWay);
   const PyValue* coalesced = state->get("buckets_coalesced");
@@ -312,25 +336,124 @@ Status check_masters(const RankFile& r, const MegatronRankState& state) {
   return Status::Ok();
 }
 
+// Whether a torch-format name is a routed expert's (SequentialMLP's local_experts, GroupedMLP's weight1/2, TEGroupedMLP's
+// linear_fc1/2.weight<j>): Megatron's expert parameters (the shared experts are dense).
+bool expert_param(const std::string& key) { return key.find(".mlp.experts.") != std::string::npos; }
+
+// The chunk's parameters in its saved state dict's order (torch's state_dict() and model.parameters() walk the modules in
+// the same registration order), the router's buffers (expert_bias, qb_beta) left out; `which`: -1 every parameter, 0 the
+// dense ones, 1 the experts'.
+std::vector<MegatronBucketParam> saved_parameters(const RankChunk& chunk, int which) {
+  std::vector<MegatronBucketParam> out;
+  for (const std::string& key : chunk.saved_order) {
+    if (ends_with(key, ".router.expert_bias") || ends_with(key, ".router.qb_beta")) continue;
+    if (which >= 0 && expert_param(key) != (which == 1)) continue;
+    const Tensor& w = chunk.model.at(key);
+    out.push_back(MegatronBucketParam{key, -1, w.numel(), 0, 0, w.shape()});
+  }
+  return out;
+}
+
+// A MoE model's optimizer state of tensor rank `t`, pipeline rank `p` (expert TP = TP, one chunk, untied embeddings at
+// PP > 1: checked by the caller; the TP pieces, experts' included, are merged by the caller as the weights; the stage's
+// layers numbered from `layer_offset`),
+// from each expert-parallel rank's file: at EP 1 one optimizer over every parameter (Megatron's expert parameters keep
+// allreduce without expert parallelism, so get_megatron_optimizer builds no expert optimizer), at EP > 1 Megatron's
+// ChainedOptimizer's list [dense, expert] in every file (the dense state read from expert rank 0's, each file's expert
+// state over its own local experts). The experts are renumbered globally as the weights are (expert rank e's local
+// expert j is expert e * E / EP + j). `scaler` gets the optimizer dict whose grad_scaler is the run's.
+Status read_moe_rank(const MegatronExpertRankFiles& ex, int64_t t, int64_t p, int64_t num_experts, bool distributed,
+                     int64_t layer_offset, MegatronRankState* out, std::set<int64_t>* steps, const PyValue** scaler) {
+  int64_t ep = 0;
+  for (const auto& [rank, path] : ex.files)
+    if (std::get<0>(rank) == t && std::get<1>(rank) == p) ep = std::max(ep, std::get<2>(rank) + 1);
+  if (ep == 0 || num_experts % ep != 0)
+    return DataLoss("expert-parallel rank files of tensor rank ", t, ", pipeline rank ", p, ": found ", ep,
+                    " for args.num_experts ", num_experts, "; ", kOutWay);
+  const int64_t local_experts = num_experts / ep;
+  for (int64_t e = 0; e < ep; ++e) {
+    const std::string& path = ex.files.at({t, p, e});
+    const PyValue& root = *ex.roots.at({t, p, e});
+    GALE_ASSIGN_OR_RETURN(RankFile r, rank_file(path, root));
+    const RankChunk& chunk = r.chunks[0];
+    r.model = chunk.model;
+    const PyValue* opt = root.get("optimizer");
+    if (opt == nullptr || opt->kind == PyValue::kNone)
+      return FailedPrecondition(path, ": Megatron's checkpoint holds no optimizer state (saved with --no-save-optim, "
+                                "or not by a training run): ", kOutWay);
+    MegatronRankState state;  // this file's pieces, its experts under their local numbers
+    if (opt->kind == PyValue::kDict) {
+      if (ep > 1)
+        return DataLoss(path, ": 'optimizer' is one optimizer's state dict: expected Megatron's ChainedOptimizer list "
+                        "[dense, expert] of a run with ", ep, " expert-parallel ranks (the expert parameters in an "
+                        "optimizer of their own); ", kOutWay);
+      std::vector<MegatronBucketParam> all = saved_parameters(chunk, -1);
+      if (distributed) {
+        GALE_RETURN_IF_ERROR(read_distributed(r, *opt, {all}, &state, steps));
+      } else {
+        GALE_RETURN_IF_ERROR(read_non_distributed(r, *opt, all, &state, steps));
+      }
+      *scaler = opt;
+    } else if (opt->kind == PyValue::kList) {
+      if (opt->items.size() != 2 || opt->items[0]->kind != PyValue::kDict || opt->items[1]->kind != PyValue::kDict)
+        return DataLoss(path, ": 'optimizer': expected Megatron's ChainedOptimizer state, a list of the dense and the "
+                        "expert optimizer's state dicts, found a list of ", opt->items.size(), "; ", kOutWay);
+      const std::vector<MegatronBucketParam> dense = saved_parameters(chunk, 0), experts = saved_parameters(chunk, 1);
+      if (e == 0) {  // the dense parameters' state: the same in every expert rank's file
+        if (distributed) {
+          GALE_RETURN_IF_ERROR(read_distributed(r, *opt->items[0], {dense}, &state, steps, 0));
+        } else {
+          GALE_RETURN_IF_ERROR(read_non_distributed(r, *opt->items[0], dense, &state, steps));
+        }
+        *scaler = opt->items[0].get();
+      }
+      if (distributed) {
+        GALE_RETURN_IF_ERROR(read_distributed(r, *opt->items[1], {experts}, &state, steps, 1));
+      } else {
+        GALE_RETURN_IF_ERROR(read_non_distributed(r, *opt->items[1], experts, &state, steps, /*experts=*/true));
+      }
+    } else {
+      return DataLoss(path, ": 'optimizer': expected Megatron's optimizer state dict or ChainedOptimizer's list, "
+                      "found ", opt->type_name(), "; ", kOutWay);
+    }
+    GALE_RETURN_IF_ERROR(check_masters(r, state));
+    for (auto& [name, pieces] : state) {  // local experts -> global, as the weights
+      PyValue d;
+      d.kind = PyValue::kDict;
+      for (auto& [at, x] : pieces) d.entries.emplace_back(PyValue::str(std::get<0>(at)), PyValue::tensor(std::move(x)));
+      GALE_RETURN_IF_ERROR(globalize_megatron_experts(d, e, local_experts, str_cat(path, " (optimizer state '", name,
+                                                                                   "')")));
+      for (auto& [k, v] : d.entries) (*out)[name][{shifted(k->s, layer_offset), -1, -1}] = v->data;
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<MegatronOptimizerState> read_megatron_torch_optimizer(
     const std::map<std::pair<int64_t, int64_t>, std::string>& files,
     const std::map<std::pair<int64_t, int64_t>, PyRef>& roots,
-    const std::function<std::string(const std::string&, int64_t)>& gale_name, bool swiglu) {
+    const std::function<std::string(const std::string&, int64_t)>& gale_name, bool swiglu,
+    const MegatronExpertRankFiles& experts) {
   int64_t tp = 1, pp = 1;
   for (const auto& [rank, path] : files) tp = std::max(tp, rank.first + 1), pp = std::max(pp, rank.second + 1);
   const std::string& first_path = files.at({0, 0});
   const PyValue* args = roots.at({0, 0})->get("args");
-  if (const int64_t e = int_attr(args, "num_experts", 0); e > 0)
-    return Unimplemented(first_path, ": Megatron's optimizer state of a MoE model (args.num_experts ", e, ") in the "
-                         "torch format: not supported yet; ", kOutWay);
+  const int64_t num_experts = int_attr(args, "num_experts", 0);
+  const bool moe = num_experts > 0;
+  if (moe && experts.files.empty())
+    return Unimplemented(first_path, ": Megatron's optimizer state of a MoE model (args.num_experts ", num_experts,
+                         ") in this format: not supported yet (Gale reads it from the legacy torch format's rank "
+                         "files); ", kOutWay);
+  if (moe && int_attr(args, "expert_tensor_parallel_size", tp) != tp)
+    return Unimplemented(first_path, ": Megatron's optimizer state of a MoE model in the torch format saved at TP ", tp,
+                         " with expert TP ", int_attr(args, "expert_tensor_parallel_size", tp), ": not supported yet "
+                         "(Gale reads it with expert TP = TP); ", kOutWay);
+  if (moe && pp > 1 && !flag_on(args, "untie_embeddings_and_output_weights"))
+    return Unimplemented(first_path, ": Megatron's optimizer state of a MoE model with tied embeddings at PP ", pp,
+                         " in the torch format: not supported yet; ", kOutWay);
   const bool mla = flag_on(args, "multi_latent_attention");
-  if (mla && (tp > 1 || flag_on(args, "use_distributed_optimizer")))
-    return Unimplemented(first_path, ": Megatron's optimizer state of a multi-latent-attention model in the torch "
-                         "format saved at TP ", tp, flag_on(args, "use_distributed_optimizer") ? " with the distributed "
-                         "optimizer" : "", ": not supported yet (Gale reads the non-distributed optimizers' state of "
-                         "MLA models saved at TP 1); ", kOutWay);
   const PyValue* impl = args ? args->attr("transformer_impl") : nullptr;
   if (impl == nullptr || impl->kind != PyValue::kString)
     return Unimplemented(first_path, ": Megatron's args record no transformer_impl, which sets the order of the "
@@ -349,6 +472,9 @@ StatusOr<MegatronOptimizerState> read_megatron_torch_optimizer(
   // Virtual pipeline chunks: every rank holds as many; the global layers count chunk-major, then stage (chunk v of
   // pipeline rank p is virtual stage v * PP + p), each chunk numbering its layers from 0.
   const size_t chunks = ranks.at({0, 0}).chunks.size();
+  if (moe && chunks > 1)
+    return Unimplemented(first_path, ": Megatron's optimizer state of a MoE model with ", chunks, " virtual pipeline "
+                         "chunks in the torch format: not supported yet; ", kOutWay);
   for (const auto& [rank, r] : ranks)
     if (r.chunks.size() != chunks)
       return DataLoss(r.path, ": holds ", r.chunks.size(), " model chunks: expected ", chunks, " as ", first_path,
@@ -369,50 +495,53 @@ StatusOr<MegatronOptimizerState> read_megatron_torch_optimizer(
       if (opt == nullptr || opt->kind == PyValue::kNone)
         return FailedPrecondition(path, ": Megatron's checkpoint holds no optimizer state (saved with "
                                         "--no-save-optim, or not by a training run): ", kOutWay);
-      if (opt->kind == PyValue::kList)
+      if (opt->kind == PyValue::kList && !moe)
         return Unimplemented(path, ": the state of several optimizers (Megatron's ChainedOptimizer, e.g. with MoE "
                              "expert parameters or --optimizer lion): not supported yet in the torch format; ",
                              kOutWay);
-      if (opt->kind != PyValue::kDict)
+      if (opt->kind != PyValue::kDict && !moe)
         return DataLoss(path, ": 'optimizer': expected Megatron's optimizer state dict, found ", opt->type_name());
-      // The rank's parameters: each chunk's in model.parameters() order, one chunk after the other (Megatron's
-      // _get_param_groups walks the chunks in order), named with their global layer numbers.
-      std::vector<MegatronBucketParam> order;
-      std::vector<std::vector<MegatronBucketParam>> orders;  // per chunk (the distributed optimizer's buffers)
-      for (size_t v = 0; v < chunks; ++v) {
-        const RankChunk& chunk = r.chunks[v];
-        std::map<std::string, Shape> shapes;
-        for (const auto& [key, w] : chunk.model) shapes[key] = w.shape();
-        MegatronModelRank rank;  // the chunk's own pieces and layers
-        rank.first_stage = p == 0 && v == 0;
-        rank.last_stage = p == pp - 1 && v + 1 == chunks;
-        std::vector<MegatronBucketParam> part;
-        if (mla) {  // model.parameters() lists the parameters as the saved state dict does (registration order)
-          for (const std::string& key : chunk.saved_order) {
-            const Shape shape = chunk.model.at(key).shape();
-            part.push_back(MegatronBucketParam{key, -1, chunk.model.at(key).numel(), 0, 0, shape});
-          }
-        } else {
-          GALE_ASSIGN_OR_RETURN(part, megatron_parameter_order(shapes, impl->s, chunk.layers, path, rank));
-        }
-        const int64_t offset = chunk_offset.at({v, p});
-        for (MegatronBucketParam& q : part) {
-          q.key = shifted(q.key, offset);
-          // Tied at PP > 1: Megatron's shared_embedding, a bucket of its own in the distributed optimizer's buffer.
-          if (tied && pp > 1) q.own_bucket = q.key == kEmbedding || q.key == kOutput;
-          order.push_back(q);
-        }
-        orders.push_back(std::move(part));
-        for (const auto& [key, w] : chunk.model) r.model[shifted(key, offset)] = w;
-      }
       MegatronRankState local;
-      if (distributed) {
-        GALE_RETURN_IF_ERROR(read_distributed(r, *opt, orders, &local, &steps));
+      const PyValue* scaler_of = opt;  // the optimizer dict with the run's grad_scaler
+      if (moe) {
+        GALE_RETURN_IF_ERROR(read_moe_rank(experts, t, p, num_experts, distributed, chunk_offset.at({0, p}), &local,
+                                           &steps, &scaler_of));
       } else {
-        GALE_RETURN_IF_ERROR(read_non_distributed(r, *opt, order, &local, &steps));
+        // The rank's parameters: each chunk's in model.parameters() order, one chunk after the other (Megatron's
+        // _get_param_groups walks the chunks in order), named with their global layer numbers.
+        std::vector<MegatronBucketParam> order;
+        std::vector<std::vector<MegatronBucketParam>> orders;  // per chunk (the distributed optimizer's buffers)
+        for (size_t v = 0; v < chunks; ++v) {
+          const RankChunk& chunk = r.chunks[v];
+          std::map<std::string, Shape> shapes;
+          for (const auto& [key, w] : chunk.model) shapes[key] = w.shape();
+          MegatronModelRank rank;  // the chunk's own pieces and layers
+          rank.first_stage = p == 0 && v == 0;
+          rank.last_stage = p == pp - 1 && v + 1 == chunks;
+          std::vector<MegatronBucketParam> part;
+          if (mla) {  // model.parameters() lists the parameters as the saved state dict does (registration order)
+            part = saved_parameters(chunk, -1);
+          } else {
+            GALE_ASSIGN_OR_RETURN(part, megatron_parameter_order(shapes, impl->s, chunk.layers, path, rank));
+          }
+          const int64_t offset = chunk_offset.at({v, p});
+          for (MegatronBucketParam& q : part) {
+            q.key = shifted(q.key, offset);
+            // Tied at PP > 1: Megatron's shared_embedding, a bucket of its own in the distributed optimizer's buffer.
+            if (tied && pp > 1) q.own_bucket = q.key == kEmbedding || q.key == kOutput;
+            order.push_back(q);
+          }
+          orders.push_back(std::move(part));
+          for (const auto& [key, w] : chunk.model) r.model[shifted(key, offset)] = w;
+        }
+        if (distributed) {
+          GALE_RETURN_IF_ERROR(read_distributed(r, *opt, orders, &local, &steps));
+        } else {
+          GALE_RETURN_IF_ERROR(read_non_distributed(r, *opt, order, &local, &steps));
+        }
+        GALE_RETURN_IF_ERROR(check_masters(r, local));
       }
-      GALE_RETURN_IF_ERROR(check_masters(r, local));
-      if (const PyValue* g = opt->get("grad_scaler"); g && g->kind == PyValue::kDict && o.grad_scaler.is_null()) {
+      if (const PyValue* g = scaler_of->get("grad_scaler"); g && g->kind == PyValue::kDict && o.grad_scaler.is_null()) {
         const nlohmann::json s = megatron_scalars_json(*g);
         o.grad_scaler = {{"scale", s.value("scale", 1.0)},
                          {"growth_tracker", s.value("growth_tracker", 0)},

@@ -33,12 +33,21 @@
 // chunk); chunk v of pipeline rank p holds virtual stage v * PP + p's layers, numbered globally chunk-major. The
 // distributed optimizer's distrib_optim.pt holds a buffer per chunk (keys 0, 1, ...), only the first chunk bucketed
 // (training.get_model disables bucketing for the others).
-// Multi-latent attention (args.multi_latent_attention) at TP 1, non-distributed: the parameter order is the saved state
-// dict's own (torch's state_dict() and parameters() walk the modules in the same registration order), checked the same
-// way; the caller renames the state to Gale's MLA names.
+// Multi-latent attention (args.multi_latent_attention) at any TP, non-distributed or distributed: the parameter order is
+// each rank file's saved state dict's own (torch's state_dict() and parameters() walk the modules in the same
+// registration order), checked the same way; the caller renames the merged state to Gale's MLA names.
+// MoE (args.num_experts) at any TP (expert TP = TP), PP (untied embeddings) and expert-parallel size (`experts`: the
+// files by expert rank; the TP pieces merged as the weights', each stage's layers at their global numbers): the parameter
+// order is each file's saved state dict's (the router's expert_bias / qb_beta buffers left out). At EP 1 Megatron's
+// experts keep allreduce, so one optimizer holds every parameter (the file as a dense model's). At EP > 1 each expert
+// rank's file holds ChainedOptimizer.state_dict()'s list [dense, expert] (the dense state read from expert rank 0's,
+// the expert state over the file's local experts, param groups is_expert_parallel) and, with the distributed
+// optimizer, distrib_optim.pt = ChainedOptimizer.save_parameter_state's list [dense or None, expert or None], each cut
+// by its own buffer; every file's masters are checked against its weights, then the experts numbered globally
+// (megatron_moe_names.h's globalize_megatron_experts, as the weights).
 // Refused, naming --no-load-optim: a checkpoint without optimizer state (FailedPrecondition), rank files with different
-// chunk counts, MLA saved at TP > 1 or with the distributed optimizer,
-// MoE (args.num_experts), a ChainedOptimizer's list of states, param groups other than the
+// chunk counts, MoE with expert TP other than TP, tied embeddings at PP > 1,
+// virtual pipeline chunks or without `experts` (torch_dcp), a dense model's ChainedOptimizer list, param groups other than the
 // two of weight decay on / off (e.g. --decoupled-lr, lr multipliers), the distributed optimizer's older per-bucket
 // distrib_optim.pt (no 'buckets_coalesced') (all Unimplemented); a missing distrib_optim.pt (NotFound); state that does
 // not fit the rank's parameters (DataLoss naming the file, parameter, expected and found).
@@ -48,6 +57,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "ckpt/pickle.h"
@@ -56,11 +66,20 @@
 
 namespace gale {
 
+// The torch format's rank files of a MoE model as saved, by (tensor, pipeline, expert-parallel) rank: each holds its own
+// experts (numbered from 0) and its own expert optimizer state.
+struct MegatronExpertRankFiles {
+  std::map<std::tuple<int64_t, int64_t, int64_t>, std::string> files;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, PyRef> roots;
+};
+
 // `files` and `roots`: each (tensor rank, pipeline rank)'s model_optim_rng.pt path and state dict; `gale_name` maps a
-// torch-format name with the stage's layer offset to Gale's; `swiglu`: linear_fc1 holds [gate; up] per TP rank.
+// torch-format name with the stage's layer offset to Gale's; `swiglu`: linear_fc1 holds [gate; up] per TP rank;
+// `experts`: a MoE model's files by expert-parallel rank too (needed when args.num_experts is set).
 StatusOr<MegatronOptimizerState> read_megatron_torch_optimizer(
     const std::map<std::pair<int64_t, int64_t>, std::string>& files,
     const std::map<std::pair<int64_t, int64_t>, PyRef>& roots,
-    const std::function<std::string(const std::string&, int64_t)>& gale_name, bool swiglu);
+    const std::function<std::string(const std::string&, int64_t)>& gale_name, bool swiglu,
+    const MegatronExpertRankFiles& experts = {});
 
 }  // namespace gale

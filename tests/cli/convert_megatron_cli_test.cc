@@ -728,9 +728,9 @@ TEST(ConvertMegatron, PretrainResumesMegatronsLegacyVirtualPipelineAdamState) {
 
 // Multi-latent attention in the legacy torch format (tests/data/megatron/torch_adam_mla: Megatron core_v0.12.1's MLA
 // model with q LoRA after 7 AdamW steps, Float16OptimizerWithFloat16Params' state at TP 1;
-// tools/reference/megatron_torch_mla_optim_reference.py): gale pretrain with its MLA flags continues it at iteration
-// 8 in one process and at DP 2 with the distributed optimizer, with AdamW's update from the loaded state on every
-// element, and the same first loss.
+// tools/reference/megatron_torch_mla_optim_reference.py; the same state at TP 2 and in the distributed optimizer's files):
+// gale pretrain with its MLA flags continues each at iteration 8 in one process and at 2 ranks (DP 2 with the distributed
+// optimizer, TP 2), with AdamW's update from the loaded state on every element, and the same first loss.
 TEST(ConvertMegatron, PretrainResumesMegatronsLegacyMlaAdamState) {
   TempDir tmp;
   write_small_dataset(tmp.file("data_text_document"));
@@ -745,23 +745,44 @@ TEST(ConvertMegatron, PretrainResumesMegatronsLegacyMlaAdamState) {
                              "--qk-pos-emb-head-dim", "4", "--v-head-dim", "6", "--q-lora-rank", "16", "--qk-layernorm",
                              "--normalization", "RMSNorm", "--rotary-scaling-factor", "4", "--mscale", "0.8",
                              "--mscale-all-dim", "0.8"});
-  const std::string dir = megatron("torch_adam_mla");
-  auto from = read_megatron_checkpoint(dir, kUnset, /*with_optimizer=*/true);
-  ASSERT_TRUE(from.ok()) << from.status().message();
+  // torch_adam_mla and the same state saved at TP 2, with the distributed optimizer at DP 2 and at TP 2
+  // (tools/reference/megatron_torch_mla_tp_optim_reference.py), each resumed in one process and at 2 ranks.
+  struct Case {
+    const char* fixture;
+    const char* saved;  // the layout the log line names
+    std::vector<std::string> layout;
+  };
+  const Case cases[] = {
+      {"torch_adam_mla", "TP 1 x PP 1): model weights (its fp32 master copies), adam optimizer state (non-distributed", {}},
+      {"torch_adam_mla", "TP 1 x PP 1): model weights (its fp32 master copies), adam optimizer state (non-distributed",
+       {"--use-distributed-optimizer"}},
+      {"torch_adam_mla_tp2", "TP 2 x PP 1): model weights (its fp32 master copies), adam optimizer state "
+       "(non-distributed", {}},
+      {"torch_adam_mla_tp2", "TP 2 x PP 1): model weights (its fp32 master copies), adam optimizer state "
+       "(non-distributed", {"--tensor-model-parallel-size", "2"}},
+      {"torch_adam_mla_distopt", "TP 1 x PP 1): model weights (its fp32 master copies), adam optimizer state "
+       "(dp_zero_gather_scatter", {"--use-distributed-optimizer"}},
+      {"torch_adam_mla_distopt_tp2", "TP 2 x PP 1): model weights (its fp32 master copies), adam optimizer state "
+       "(dp_zero_gather_scatter", {}},
+      {"torch_adam_mla_distopt_tp2", "TP 2 x PP 1): model weights (its fp32 master copies), adam optimizer state "
+       "(dp_zero_gather_scatter", {"--tensor-model-parallel-size", "2", "--use-distributed-optimizer"}}};
   std::vector<double> first_loss;
   int k = 0;
-  for (const std::vector<std::string>& layout :
-       {std::vector<std::string>{}, std::vector<std::string>{"--use-distributed-optimizer"}}) {
-    SCOPED_TRACE(layout.empty() ? "one process" : "DP 2, distributed optimizer");
+  for (const Case& c : cases) {
+    const std::string dir = megatron(c.fixture);
+    auto from = read_megatron_checkpoint(dir, kUnset, /*with_optimizer=*/true);
+    ASSERT_TRUE(from.ok()) << from.status().message();
+    const bool two = !c.layout.empty();
+    SCOPED_TRACE(str_cat(c.fixture, two ? str_cat(" ", c.layout[0]) : std::string(" one process")));
     double loss = 0.0;
     ASSERT_NO_FATAL_FAILURE(resume_megatron_adam(
-        model, layout.empty() ? 1 : 2, layout, dir, tmp.file(str_cat("out", k++)),
-        str_cat("reading Megatron's torch checkpoint ", dir, "/iter_0000007 (checkpoint_version 3, saved at TP 1 x PP "
-                "1): model weights (its fp32 master copies), adam optimizer state (non-distributed: exp_avg, "
-                "exp_avg_sq; step 7), scheduler and iteration"),
+        model, two ? 2 : 1, c.layout, dir, tmp.file(str_cat("out", k++)),
+        str_cat("reading Megatron's torch checkpoint ", dir, "/iter_0000007 (checkpoint_version 3, saved at ", c.saved,
+                ": exp_avg, exp_avg_sq; step 7), scheduler and iteration"),
         &loss, 10000));
     if (!first_loss.empty()) {
       EXPECT_NEAR(loss, first_loss[0], 1e-5 * loss);
+      if (!two) EXPECT_EQ(loss, first_loss[0]);  // the same state, one process: to the bit
     }
     first_loss.push_back(loss);
   }

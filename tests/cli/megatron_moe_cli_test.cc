@@ -241,5 +241,62 @@ TEST(MegatronMoeCli, PretrainResumesMegatronsChainedExpertAdamState) {
   for (double l : first_loss) EXPECT_NEAR(l, first_loss[0], 1e-5 * first_loss[0]);
 }
 
+// tests/data/megatron/moe/torch_adam_{ep1,ep2,distopt_ep1,distopt_ep2} (tools/reference/megatron_torch_moe_optim_reference.py):
+// the same AdamW state in Megatron's legacy torch format, written by core_v0.12.1's optimizer classes: one optimizer at
+// EP 1, ChainedOptimizer's [dense, expert] list in each expert rank's file at EP 2, TP 2 x EP 2 and PP 2 x EP 2,
+// non-distributed and with distrib_optim.pt. gale pretrain continues each in one process and at EP 2 with AdamW's update from the loaded state
+// on every element of every parameter, and the same first loss as the torch_dist chain's.
+TEST(MegatronMoeCli, PretrainResumesMegatronsTorchFormatExpertAdamState) {
+  TempDir tmp;
+  write_small_dataset(tmp.file("data_text_document"));
+  std::vector<std::string> flags = moe_model(tmp);
+  std::vector<std::string> t = training(tmp);
+  t.erase(std::find(t.begin(), t.end(), "--no-load-optim"));
+  *(std::find(t.begin(), t.end(), "--lr") + 1) = "1e-3";
+  flags.insert(flags.end(), t.begin(), t.end());
+  flags.insert(flags.end(), {"--optimizer", "adam", "--adam-beta1", "0.9", "--adam-beta2", "0.95", "--adam-eps",
+                             "1e-8", "--weight-decay", "0.1", "--min-lr", "1e-4", "--lr-decay-style", "linear",
+                             "--lr-warmup-iters", "2", "--lr-decay-iters", "20", "--bf16", "--save-interval", "8"});
+  std::vector<double> first_loss;
+  int k = 0;
+  const std::pair<const char*, const char*> fixtures[] = {{"non-distributed", "torch_adam_ep1"},
+                                                          {"non-distributed", "torch_adam_ep2"},
+                                                          {"dp_zero_gather_scatter", "torch_adam_distopt_ep1"},
+                                                          {"dp_zero_gather_scatter", "torch_adam_distopt_ep2"},
+                                                          {"non-distributed", "torch_adam_tp2ep2"},
+                                                          {"dp_zero_gather_scatter", "torch_adam_distopt_tp2ep2"},
+                                                          {"non-distributed", "torch_adam_pp2ep2"},
+                                                          {"dp_zero_gather_scatter", "torch_adam_distopt_pp2ep2"},
+                                                          {"fully_reshardable", "torch_dist_adam_chained"}};
+  for (const auto& [layout_name, name] : fixtures) {
+    const std::string dir = fixture(name);
+    auto from = read_megatron_checkpoint(dir, kUnset, /*with_optimizer=*/true);
+    ASSERT_TRUE(from.ok()) << from.status().message();
+    for (const std::vector<std::string>& layout :
+         {std::vector<std::string>{}, std::vector<std::string>{"--expert-model-parallel-size", "2"}}) {
+      if (std::string(name) == "torch_dist_adam_chained" && !layout.empty()) continue;  // the baseline: one process
+      SCOPED_TRACE(str_cat(name, layout.empty() ? " one process" : " EP 2"));
+      const std::string save = tmp.file(str_cat("out", k++));
+      std::vector<std::string> extra = layout;
+      extra.insert(extra.end(), {"--load", dir, "--save", save});
+      test::RunResult r = pretrain(layout.empty() ? 1 : 2, flags, extra);
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      EXPECT_NE(r.output.find(str_cat("adam optimizer state (", layout_name, ": exp_avg, exp_avg_sq; step 7)")),
+                std::string::npos)
+          << r.output;
+      EXPECT_NE(r.output.find("successfully loaded checkpoint from " + dir + " at iteration 7"), std::string::npos)
+          << r.output;
+      const std::vector<double> loss = testing::logged_values(r.output, "lm loss");
+      ASSERT_EQ(loss.size(), 1u) << r.output;
+      first_loss.push_back(loss[0]);
+      megatron_adamw::expect_adamw_step(*from, save, dir, 5000);
+    }
+  }
+  // The same state in every file layout: in one process the torch_dist chain's first loss to the bit.
+  ASSERT_EQ(first_loss.size(), 17u);
+  for (size_t i = 0; i < 16; i += 2) EXPECT_EQ(first_loss[i], first_loss[16]) << i;
+  for (double l : first_loss) EXPECT_NEAR(l, first_loss[16], 1e-5 * first_loss[16]);
+}
+
 }  // namespace
 }  // namespace gale
