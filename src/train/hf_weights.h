@@ -87,6 +87,12 @@
 // Phi-3 (both ways; LLaMA's names otherwise):
 //   self_attn.qkv_proj [q NH·HD; k KV·HD; v KV·HD] -> self_attention.linear_qkv.weight (regrouped per KV group)
 //   mlp.gate_up_proj [gate F; up F]              -> mlp.linear_fc1.weight as is
+// Gemma-2 (both ways; LLaMA's names, q/k/v regrouped, its four norms onto Gale's --post-norm layer):
+//   input_layernorm.weight                       -> input_layernorm.weight (before the attention)
+//   post_attention_layernorm.weight              -> post_attn_norm.weight (on the attention output; not
+//                                                   pre_mlp_layernorm as in LLaMA)
+//   pre_feedforward_layernorm.weight             -> pre_mlp_layernorm.weight (before the MLP)
+//   post_feedforward_layernorm.weight            -> post_mlp_layernorm.weight (on the MLP output)
 // HF's q/k rows use the rotate-half RoPE convention, which is Gale's (docs/model.md), so q/k rows
 // are copied without a permutation. GPT-2's Conv1D weights are stored [in, out] and are transposed;
 // c_attn's columns [q | k | v] are regrouped per head.

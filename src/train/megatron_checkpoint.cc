@@ -667,6 +667,14 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
   set_bool("gelu_tanh", model.gelu_tanh);
   set_bool("add_rmsnorm_offset", model.add_rmsnorm_offset);
   set_bool("input_embeds_norm", model.input_embeds_norm);
+  // MindSpeed-LLM's Gemma-2 args (None / False when off; the window is window_size below)
+  set_bool("post_norm", model.post_norm);
+  ns->set("query_pre_attn_scalar",
+          model.query_pre_attn_scalar == kUnset ? PyValue::none() : PyValue::integer(model.query_pre_attn_scalar));
+  ns->set("attn_logit_softcapping",
+          unset(model.attn_logit_softcapping) ? PyValue::none() : PyValue::real(model.attn_logit_softcapping));
+  ns->set("output_logit_softcapping",
+          unset(model.output_logit_softcapping) ? PyValue::none() : PyValue::real(model.output_logit_softcapping));
   ns->set("glu_linear_offset", PyValue::real(model.glu_linear_offset));
   ns->set("activation_func_clamp_value", unset(model.activation_func_clamp_value)
                                              ? PyValue::none()
