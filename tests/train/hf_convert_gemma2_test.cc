@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "pretrain_cli.h"
 #include "train/hf_config.h"
 #include "train/hf_test_fixtures.h"
 
@@ -172,6 +173,22 @@ TEST(HfConvertGemma2, ConfigDefaultsAndLayerTypes) {
   back = hf_config_json(hf_model_from_args(m.model, m.moe, 100, "ckpt").value(), "float32");
   EXPECT_EQ(back["query_pre_attn_scalar"], 256);
   EXPECT_EQ(back["head_dim"], 256);
+}
+
+// transformers' sliding layers (layer_idx % 2 == 0, the fixture's golden) are the ones MindSpeed-LLM's
+// --interleave-sliding-window windows when training: 1-based layer numbers 1, 3, 5, ...
+TEST(HfConvertGemma2, InterleaveSlidingWindowWindowsTheLayersTransformersDoes) {
+  for (int layers : {3, 4, 7}) {
+    nlohmann::json j = json_file(fixture("gemma2") + "/config.json");
+    j["num_hidden_layers"] = layers;
+    const HfModel m = model_of(j);
+    testing::PretrainCli cli;
+    const Status s = cli.parse_minimal({"--interleave-sliding-window", "4", "--num-layers", std::to_string(layers),
+                                        "--normalization", "RMSNorm", "--post-norm"});
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    EXPECT_EQ(cli.args.model.sliding_window, m.model.sliding_window) << layers;
+    EXPECT_EQ(cli.args.model.window_attn_pattern, m.model.window_attn_pattern) << layers;
+  }
 }
 
 TEST(HfConvertGemma2, Refusals) {
