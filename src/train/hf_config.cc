@@ -29,6 +29,7 @@ const char* hf_architecture_name(HfArchitecture a) {
     case HfArchitecture::kPhi3: return "Phi3ForCausalLM";
     case HfArchitecture::kGemma: return "GemmaForCausalLM";
     case HfArchitecture::kGemma2: return "Gemma2ForCausalLM";
+    case HfArchitecture::kGemma3: return "Gemma3ForCausalLM";
   }
   return "?";
 }
@@ -732,7 +733,8 @@ Status read_internlm2(const ConfigReader& c, HfModel& out) {
 // 4.45 ran as gelu_pytorch_tanh: a warning says which one Gale takes.
 // Gemma-2's MLP reads hidden_activation alone (absent: gelu_pytorch_tanh).
 Status read_gemma_activation(const ConfigReader& c, HfModel& out) {
-  const bool explicit_activation = c.set("hidden_activation") || out.arch == HfArchitecture::kGemma2;
+  const bool explicit_activation =
+      c.set("hidden_activation") || out.arch == HfArchitecture::kGemma2 || out.arch == HfArchitecture::kGemma3;
   GALE_ASSIGN_OR_RETURN(std::string act, explicit_activation ? c.string("hidden_activation", "gelu_pytorch_tanh")
                                                              : c.string("hidden_act", "gelu_pytorch_tanh"));
   const char* key = explicit_activation ? "hidden_activation" : "hidden_act";
@@ -773,7 +775,7 @@ Status read_llama_family(const ConfigReader& c, const nlohmann::json& j, HfModel
   GALE_ASSIGN_OR_RETURN(m.max_position_embeddings, c.positive("max_position_embeddings"));
   GALE_ASSIGN_OR_RETURN(m.norm_epsilon, c.number("rms_norm_eps", 1e-6));
   const int64_t default_head_dim = m.hidden_size / m.num_attention_heads;
-  const bool gemma2 = out.arch == HfArchitecture::kGemma2;
+  const bool gemma2 = out.arch == HfArchitecture::kGemma2 || out.arch == HfArchitecture::kGemma3;  // and Gemma-3
   GALE_ASSIGN_OR_RETURN(m.kv_channels, c.positive("head_dim", gemma2 ? 256 : default_head_dim));  // Gemma2Config's
   if (!c.set("head_dim") && !gemma2 && m.hidden_size % m.num_attention_heads != 0)
     return InvalidArgument(c.path(), ": hidden_size ", m.hidden_size, " is not a multiple of num_attention_heads ",
@@ -973,7 +975,7 @@ bool gemma_shape(const ModelArgs& m, const MoeArgs& moe) {
   return (m.geglu || m.gelu_tanh) && m.add_rmsnorm_offset && m.input_embeds_norm &&
                      m.normalization == "RMSNorm" && m.position_embedding_type == "rope" && m.rotary_percent == 1.0 &&
                      !m.rotary_interleaved && !m.use_rope_scaling && unset(m.rotary_seq_len_interpolation_factor) &&
-                     !m.add_bias_linear && !m.add_qkv_bias && !moe.enabled() && !m.qk_layernorm && !m.qk_l2_norm &&
+                     !m.add_bias_linear && !m.add_qkv_bias && !moe.enabled() && !m.qk_l2_norm &&
                      !m.multi_latent_attention &&
                      (m.mtp_num_layers == kUnset || m.mtp_num_layers == 0) && m.noop_layers.empty() &&
                      m.experimental_attention_variant.empty() && !m.attention_output_gate && !m.embed_layernorm &&
@@ -981,7 +983,7 @@ bool gemma_shape(const ModelArgs& m, const MoeArgs& moe) {
 }
 
 Status gemma_from_args(const ModelArgs& m, const MoeArgs& moe, const std::string& where) {
-  if (!gemma_shape(m, moe) || m.sliding_window != kUnset)
+  if (!gemma_shape(m, moe) || m.sliding_window != kUnset || m.qk_layernorm)
     return Unimplemented(where, ": a model with MindSpeed-LLM's Gemma flags is written only as GemmaForCausalLM: "
                          "--geglu or --gelu-tanh with --add-rmsnorm-offset, --input-embeds-norm, --normalization "
                          "RMSNorm, --position-embedding-type rope (--rotary-percent 1, no RoPE scaling or interleaving) "
@@ -995,14 +997,15 @@ Status gemma_from_args(const ModelArgs& m, const MoeArgs& moe, const std::string
 }
 
 // A model with Gemma-2's flags (--post-norm, soft-capping, --query-pre-attn-scalar) is written only as
-// Gemma2ForCausalLM: Gemma's shape with --post-norm, any sliding window and windowed layers.
+// Gemma2ForCausalLM (or Gemma3ForCausalLM with --qk-layernorm): Gemma's shape with --post-norm, any
+// sliding window and windowed layers.
 Status gemma2_from_args(const ModelArgs& m, const MoeArgs& moe, const std::string& where) {
   if (!gemma_shape(m, moe) || !m.post_norm)
     return Unimplemented(where, ": a model with MindSpeed-LLM's Gemma-2 flags (--post-norm, --attn-logit-softcapping, "
-                         "--output-logit-softcapping, --query-pre-attn-scalar) is written only as Gemma2ForCausalLM: "
-                         "--post-norm with --geglu or --gelu-tanh, --add-rmsnorm-offset, --input-embeds-norm, "
+                         "--output-logit-softcapping, --query-pre-attn-scalar) is written only as Gemma2ForCausalLM "
+                         "(Gemma3ForCausalLM with --qk-layernorm): --post-norm with --geglu or --gelu-tanh, --add-rmsnorm-offset, --input-embeds-norm, "
                          "--normalization RMSNorm, --position-embedding-type rope (--rotary-percent 1, no RoPE scaling "
-                         "or interleaving) and --disable-bias-linear, without experts, q/k norms, MLA, MTP or noop "
+                         "or interleaving) and --disable-bias-linear, without experts, MLA, MTP or noop "
                          "layers (found --post-norm ", m.post_norm ? "on" : "off", ", --geglu ", m.geglu ? "on" : "off",
                          ", --gelu-tanh ", m.gelu_tanh ? "on" : "off", ", --add-rmsnorm-offset ",
                          m.add_rmsnorm_offset ? "on" : "off", ", --input-embeds-norm ",
@@ -1241,12 +1244,13 @@ StatusOr<HfModel> hf_model_from_config(const nlohmann::json& raw_config, const s
   else if (name == "Phi3ForCausalLM") out.arch = HfArchitecture::kPhi3;
   else if (name == "GemmaForCausalLM") out.arch = HfArchitecture::kGemma;
   else if (name == "Gemma2ForCausalLM") out.arch = HfArchitecture::kGemma2;
+  else if (name == "Gemma3ForCausalLM") out.arch = HfArchitecture::kGemma3;
   else
     return Unimplemented(path, ": architecture '", name,
                          "' is not supported yet (supported: GPT2LMHeadModel, BloomForCausalLM, LlamaForCausalLM, "
                          "Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, MixtralForCausalLM, "
                          "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Qwen3NextForCausalLM, DeepseekV3ForCausalLM, DeepseekV32ForCausalLM, "
-                         "GptOssForCausalLM, InternLM2ForCausalLM, Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM)");
+                         "GptOssForCausalLM, InternLM2ForCausalLM, Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM)");
   GALE_RETURN_IF_ERROR(out.arch == HfArchitecture::kGpt2         ? read_gpt2(c, out)
                        : out.arch == HfArchitecture::kBloom      ? read_bloom(c, out)
                        : out.arch == HfArchitecture::kDeepseekV3 ? read_deepseek_v3(c, out)
@@ -1278,7 +1282,7 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
   if (m.post_norm || !unset(m.output_logit_softcapping) || !unset(m.attn_logit_softcapping) ||
       m.query_pre_attn_scalar != kUnset) {
     GALE_RETURN_IF_ERROR(gemma2_from_args(m, moe, where));
-    out.arch = HfArchitecture::kGemma2;
+    out.arch = m.qk_layernorm ? HfArchitecture::kGemma3 : HfArchitecture::kGemma2;
     if (vocab_size <= 0 || vocab_size > m.padded_vocab_size)
       return InvalidArgument("--vocab-size ", vocab_size, ": expected 1 to the checkpoint's padded vocabulary ",
                              m.padded_vocab_size);
@@ -1480,6 +1484,7 @@ nlohmann::json hf_config_json(const HfModel& hf, const std::string& torch_dtype)
                       : hf.arch == HfArchitecture::kPhi3     ? "phi3"
                       : hf.arch == HfArchitecture::kGemma    ? "gemma"
                       : hf.arch == HfArchitecture::kGemma2   ? "gemma2"
+                      : hf.arch == HfArchitecture::kGemma3   ? "gemma3_text"
                                                              : "llama";
     j["hidden_size"] = m.hidden_size;
     j["num_hidden_layers"] = m.num_layers;
@@ -1547,7 +1552,7 @@ nlohmann::json hf_config_json(const HfModel& hf, const std::string& torch_dtype)
       add_phi3_config(hf, &j);
     } else if (hf.arch == HfArchitecture::kGemma) {
       j["attention_bias"] = false;
-    } else if (hf.arch == HfArchitecture::kGemma2) {
+    } else if (hf.arch == HfArchitecture::kGemma2 || hf.arch == HfArchitecture::kGemma3) {
       add_gemma2_config(hf, &j);
     } else {
       j["attention_bias"] = false;

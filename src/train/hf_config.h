@@ -115,6 +115,13 @@
 //                       256. Refused: rope_scaling (transformers 4.x's Gemma-2 ignores it, 5.x applies it),
 //                       use_bidirectional_attention, a non-integer query_pre_attn_scalar. A model with
 //                       --post-norm, soft-capping or --query-pre-attn-scalar is written as Gemma-2 only.
+//   Gemma3ForCausalLM   Gemma-3's text model (model_type gemma3_text): Gemma-2's reading (train/hf_gemma2.h)
+//                       with q_norm / k_norm (--qk-layernorm, 1 + w like every Gemma norm), null soft-caps by
+//                       default and the sliding layers from layer_types, else sliding_window_pattern P
+//                       (default 6: layer i full iff (i + 1) % P == 0). Only where it maps onto one RoPE:
+//                       rope_local_base_freq (the sliding layers' base) must equal rope_theta and rope_scaling
+//                       (the full layers' only) must be null; both are refused otherwise. A --post-norm model
+//                       with --qk-layernorm is written as Gemma-3.
 //
 // Anything else in config.json that changes the model (rope_scaling, attention_bias, another
 // hidden_act, a per-layer sliding window, ...) is refused with one line naming the file and the key.
@@ -132,7 +139,7 @@ namespace gale {
 enum class HfArchitecture {
   kGpt2, kLlama, kQwen2, kMistral, kMixtral, kQwen2Moe, kDeepseekV3, kQwen3, kBloom, kQwen3Moe, kQwen3Next, kGptOss,
   kInternLM2, kPhi3,
-  kGemma, kGemma2
+  kGemma, kGemma2, kGemma3
 };
 
 // "GPT2LMHeadModel", "LlamaForCausalLM", ...

@@ -38,6 +38,7 @@ Status check_model_type_hf(const std::string& given, const HfModel& m, const std
                              : given.rfind("bloom", 0) == 0 ? "bloom"
                              : given == "gemma" ? "gemma"  // not gemma2 (a different architecture)
                              : given == "gemma2" ? "gemma2"
+                             : given == "gemma3" || given == "gemma3_text" ? "gemma3"
                              : given.rfind("gpt_oss", 0) == 0 || given.rfind("gpt-oss", 0) == 0 ? "gpt_oss"
                              : given.rfind("internlm2", 0) == 0 ? "internlm2"
                              : given.rfind("phi3", 0) == 0 ? "phi3"
@@ -45,6 +46,7 @@ Status check_model_type_hf(const std::string& given, const HfModel& m, const std
   const char* expected = m.arch == HfArchitecture::kGpt2    ? "gpt2"
                          : m.arch == HfArchitecture::kGemma ? "gemma"
                          : m.arch == HfArchitecture::kGemma2 ? "gemma2"
+                         : m.arch == HfArchitecture::kGemma3 ? "gemma3"
                          : m.arch == HfArchitecture::kGptOss ? "gpt_oss"
                          : m.arch == HfArchitecture::kBloom ? "bloom"
                          : m.arch == HfArchitecture::kQwen2 ? "qwen2"
@@ -57,7 +59,7 @@ Status check_model_type_hf(const std::string& given, const HfModel& m, const std
                          : m.arch == HfArchitecture::kPhi3    ? "phi3"
                                                               : "llama";
   if (family.empty())
-    return InvalidArgument("--model-type-hf ", given, ": expected one of gpt2, bloom, llama, llama2, llama3, qwen2, qwen3, mistral, mixtral, gpt_oss, internlm2, phi3, gemma, gemma2");
+    return InvalidArgument("--model-type-hf ", given, ": expected one of gpt2, bloom, llama, llama2, llama3, qwen2, qwen3, mistral, mixtral, gpt_oss, internlm2, phi3, gemma, gemma2, gemma3");
   if (family != expected)
     return InvalidArgument("--model-type-hf ", given, " does not match ", config_path, ", which describes a ",
                            hf_architecture_name(m.arch));
@@ -188,10 +190,11 @@ Status convert_hf_to_gale(const HfToGaleOptions& o, const ConvertLog& log) {
     log(str_cat("gemma: ", m.model.gelu_tanh ? "--gelu-tanh" : "--geglu",
                 " --add-rmsnorm-offset --input-embeds-norm, head_dim ", m.model.kv_channels, ", ",
                 m.model.untie_embeddings_and_output_weights ? "untied" : "tied", " embeddings"));
-  if (m.arch == HfArchitecture::kGemma2) {
+  if (m.arch == HfArchitecture::kGemma2 || m.arch == HfArchitecture::kGemma3) {
     const ModelArgs& a = m.model;
-    log(str_cat("gemma2: ", a.gelu_tanh ? "--gelu-tanh" : "--geglu",
-                " --add-rmsnorm-offset --input-embeds-norm --post-norm --query-pre-attn-scalar ",
+    log(str_cat(m.arch == HfArchitecture::kGemma3 ? "gemma3: " : "gemma2: ", a.gelu_tanh ? "--gelu-tanh" : "--geglu",
+                " --add-rmsnorm-offset --input-embeds-norm --post-norm ",
+                a.qk_layernorm ? "--qk-layernorm " : "", "--query-pre-attn-scalar ",
                 a.query_pre_attn_scalar, ", --attn-logit-softcapping ",
                 unset(a.attn_logit_softcapping) ? std::string("none") : str_cat(a.attn_logit_softcapping),
                 ", --output-logit-softcapping ",

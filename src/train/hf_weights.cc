@@ -1119,6 +1119,12 @@ Status map_gemma2(const HfModel& m, Mapper& mp, bool to_gale) {
       mp.put(llama_layer(i, "self_attn.k_proj.weight"), w[1]);
       mp.put(llama_layer(i, "self_attn.v_proj.weight"), w[2]);
     }
+    if (m.model.qk_layernorm) {  // Gemma-3's q_norm / k_norm [head_dim]
+      GALE_RETURN_IF_ERROR(
+          one(llama_layer(i, "self_attn.q_norm.weight"), gale_layer(i, "self_attention.q_layernorm.weight"), {d.HD}));
+      GALE_RETURN_IF_ERROR(
+          one(llama_layer(i, "self_attn.k_norm.weight"), gale_layer(i, "self_attention.k_layernorm.weight"), {d.HD}));
+    }
     GALE_RETURN_IF_ERROR(one(llama_layer(i, "self_attn.o_proj.weight"), gale_layer(i, "self_attention.linear_proj.weight"),
                              {d.H, d.NH * d.HD}));
     GALE_RETURN_IF_ERROR(
@@ -1152,7 +1158,8 @@ StatusOr<std::vector<NamedTensor>> gale_tensors_from_hf(const HfModel& m, const 
                        : m.arch == HfArchitecture::kGptOss     ? gpt_oss_to_gale(m, mp)
                        : m.arch == HfArchitecture::kInternLM2  ? map_internlm2(m, mp, /*to_gale=*/true)
                        : m.arch == HfArchitecture::kPhi3       ? map_phi3(m, mp, /*to_gale=*/true)
-                       : m.arch == HfArchitecture::kGemma2     ? map_gemma2(m, mp, /*to_gale=*/true)
+                       : m.arch == HfArchitecture::kGemma2 || m.arch == HfArchitecture::kGemma3
+                           ? map_gemma2(m, mp, /*to_gale=*/true)
                                                                : llama_to_gale(m, mp));
   return mp.take();
 }
@@ -1166,7 +1173,8 @@ StatusOr<std::vector<NamedTensor>> hf_tensors_from_gale(const HfModel& m, const 
                        : m.arch == HfArchitecture::kGptOss     ? gale_to_gpt_oss(m, mp)
                        : m.arch == HfArchitecture::kInternLM2  ? map_internlm2(m, mp, /*to_gale=*/false)
                        : m.arch == HfArchitecture::kPhi3       ? map_phi3(m, mp, /*to_gale=*/false)
-                       : m.arch == HfArchitecture::kGemma2     ? map_gemma2(m, mp, /*to_gale=*/false)
+                       : m.arch == HfArchitecture::kGemma2 || m.arch == HfArchitecture::kGemma3
+                           ? map_gemma2(m, mp, /*to_gale=*/false)
                                                                : gale_to_llama(m, mp));
   return mp.take();
 }

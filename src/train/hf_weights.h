@@ -93,6 +93,7 @@
 //                                                   pre_mlp_layernorm as in LLaMA)
 //   pre_feedforward_layernorm.weight             -> pre_mlp_layernorm.weight (before the MLP)
 //   post_feedforward_layernorm.weight            -> post_mlp_layernorm.weight (on the MLP output)
+//   self_attn.{q,k}_norm.weight [HD] (Gemma-3)   -> self_attention.{q,k}_layernorm.weight (--qk-layernorm)
 // HF's q/k rows use the rotate-half RoPE convention, which is Gale's (docs/model.md), so q/k rows
 // are copied without a permutation. GPT-2's Conv1D weights are stored [in, out] and are transposed;
 // c_attn's columns [q | k | v] are regrouped per head.

@@ -683,6 +683,7 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
   set_bool("add_bias_linear", model.add_bias_linear);
   set_bool("add_qkv_bias", model.add_qkv_bias);
   if (model.multi_latent_attention) megatron_mla_args(model, *ns);
+  else set_bool("qk_layernorm", model.qk_layernorm);  // Megatron's --qk-layernorm: Qwen3's and Gemma-3's q/k norms
   set_bool("attention_output_gate", model.attention_output_gate);  // linear_qkv holds the gate rows too
   set_bool("qk_l2_norm", model.qk_l2_norm);  // Megatron main's TransformerConfig field (False before it)
   set_bool("qk_clip", model.qk_clip);  // MuonClip (model/qk_clip.h): Megatron's args always hold the four

@@ -251,7 +251,7 @@ TEST(HfConvertGemma2, Gemma2FlagsAreWrittenOnlyAsGemma2) {
   EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
   EXPECT_NE(s.message().find("ckpt: a model with MindSpeed-LLM's Gemma-2 flags (--post-norm, --attn-logit-softcapping, "
                              "--output-logit-softcapping, --query-pre-attn-scalar) is written only as "
-                             "Gemma2ForCausalLM: "),
+                             "Gemma2ForCausalLM (Gemma3ForCausalLM with --qk-layernorm): "),
             std::string::npos)
       << s.message();
   EXPECT_NE(s.message().find("found --post-norm off, --geglu off, --gelu-tanh on"), std::string::npos) << s.message();

@@ -1,7 +1,14 @@
 # The tiny Gemma2ForCausalLM fixture (tests/data/hf/gemma2) for `gale convert`, without transformers:
 # Gemma-2's forward written out in torch (1.13 is enough) from transformers' modeling_gemma2 (eager).
 #
-#   /usr/bin/python3 tools/reference/hf_fixture_gemma2.py      # writes tests/data/hf/gemma2/
+#   /usr/bin/python3 tools/reference/hf_fixture_gemma2.py           # writes tests/data/hf/gemma2/
+#   /usr/bin/python3 tools/reference/hf_fixture_gemma2.py --gemma3  # writes tests/data/hf/gemma3/
+#
+# --gemma3: Gemma3ForCausalLM's text model (model_type gemma3_text) the same way, from modeling_gemma3:
+# Gemma-2's layer plus q_norm / k_norm (Gemma3RMSNorm, 1 + w, over head_dim, on every query / key head
+# before RoPE), sliding layers from sliding_window_pattern P (layer i full iff (i + 1) % P == 0; here P = 3:
+# sliding, sliding, full), no soft-caps (Gemma3TextConfig's null), and one RoPE base for all layers
+# (rope_local_base_freq = rope_theta: what Gale reads).
 #
 # Gemma-2 as transformers runs it (Gemma2ForCausalLM, eager attention, fp32):
 #   x = embed_tokens[ids] * normalizer,  normalizer = torch.tensor(hidden_size ** 0.5, dtype=x.dtype)
@@ -27,17 +34,32 @@ import json
 import math
 import os
 import struct
+import sys
 
 import torch
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "data", "hf", "gemma2")
+GEMMA3 = "--gemma3" in sys.argv
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "data", "hf",
+                   "gemma3" if GEMMA3 else "gemma2")
 V, H, F, L, NH, KV, HD = 100, 64, 96, 3, 4, 2, 24
 EPS, THETA, SEQ = 1e-6, 10000.0, 12
 SCALAR, WINDOW, ATTN_CAP, FINAL_CAP = 20, 4, 4.0, 2.5
+PATTERN = 3  # Gemma-3's sliding_window_pattern
+if GEMMA3:
+    ATTN_CAP = FINAL_CAP = None
 NORMS = ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm")
 
 
 def config():
+    if GEMMA3:
+        c = config2()
+        c.update({"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "sliding_window_pattern": PATTERN,
+                  "rope_local_base_freq": THETA, "transformers_version": "4.50.0"})
+        return c
+    return config2()
+
+
+def config2():
     return {
         "architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "vocab_size": V, "hidden_size": H,
         "intermediate_size": F, "num_hidden_layers": L, "num_attention_heads": NH, "num_key_value_heads": KV,
@@ -52,7 +74,7 @@ def config():
 
 
 def weights():
-    g = torch.Generator().manual_seed(7)
+    g = torch.Generator().manual_seed(15 if GEMMA3 else 7)
     w = {}
 
     def rnd(name, shape, scale):
@@ -69,6 +91,9 @@ def weights():
         rnd(p + "self_attn.k_proj.weight", (KV * HD, H), 0.2)
         rnd(p + "self_attn.v_proj.weight", (KV * HD, H), 0.15)
         rnd(p + "self_attn.o_proj.weight", (H, NH * HD), 0.15)
+        if GEMMA3:
+            rnd(p + "self_attn.q_norm.weight", (HD,), 0.3)
+            rnd(p + "self_attn.k_norm.weight", (HD,), 0.3)
         rnd(p + "mlp.gate_proj.weight", (F, H), 0.15)
         rnd(p + "mlp.up_proj.weight", (F, H), 0.15)
         rnd(p + "mlp.down_proj.weight", (H, F), 0.15)
@@ -103,18 +128,25 @@ def forward(w, ids, variant=""):
     sliding_parity = 1 if variant == "odd_sliding" else 0
     for i in range(L):
         p = f"model.layers.{i}."
-        mask = causal.masked_fill(far, float("-inf")) if i % 2 == sliding_parity else causal
+        if GEMMA3:
+            sliding = ((i + 1) % PATTERN != 0) != (variant == "odd_sliding")
+        else:
+            sliding = i % 2 == sliding_parity
+        mask = causal.masked_fill(far, float("-inf")) if sliding else causal
         h = rms_norm(x, d[p + "input_layernorm.weight"])
         q = (h @ d[p + "self_attn.q_proj.weight"].T).view(S, NH, HD)
         k = (h @ d[p + "self_attn.k_proj.weight"].T).view(S, KV, HD)
         v = (h @ d[p + "self_attn.v_proj.weight"].T).view(S, KV, HD)
+        if GEMMA3 and variant != "no_qk_norm":
+            q = rms_norm(q, d[p + "self_attn.q_norm.weight"])
+            k = rms_norm(k, d[p + "self_attn.k_norm.weight"])
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         k = k.repeat_interleave(NH // KV, dim=1)
         v = v.repeat_interleave(NH // KV, dim=1)
         scale = HD ** -0.5 if variant == "head_dim_scale" else SCALAR ** -0.5
         scores = torch.einsum("qhd,khd->hqk", q, k) * scale
-        if variant != "no_attn_cap":
+        if ATTN_CAP is not None and variant != "no_attn_cap":
             scores = ATTN_CAP * torch.tanh(scores / ATTN_CAP)
         o = torch.einsum("hqk,khd->qhd", (scores + mask).softmax(-1), v).reshape(S, NH * HD)
         a = o @ d[p + "self_attn.o_proj.weight"].T
@@ -127,7 +159,7 @@ def forward(w, ids, variant=""):
             d[p + "mlp.down_proj.weight"].T
         x = x + rms_norm(m, d[p + "post_feedforward_layernorm.weight"])
     logits = rms_norm(x, d["model.norm.weight"]) @ d["model.embed_tokens.weight"].T
-    return logits if variant == "no_final_cap" else FINAL_CAP * torch.tanh(logits / FINAL_CAP)
+    return logits if FINAL_CAP is None or variant == "no_final_cap" else FINAL_CAP * torch.tanh(logits / FINAL_CAP)
 
 
 def save_safetensors(path, tensors):
@@ -168,7 +200,9 @@ def main():
                       "greedy": seq[SEQ:].long()})
     print("tokens", ids.tolist(), "greedy", seq[SEQ:].tolist(), "loss", float(loss))
     # How far each Gemma-2 piece moves the logits (the test's damage checks rely on these).
-    for variant in ("odd_sliding", "head_dim_scale", "no_attn_cap", "swap_norms", "no_final_cap"):
+    variants = ("odd_sliding", "head_dim_scale", "swap_norms", "no_qk_norm") if GEMMA3 else \
+        ("odd_sliding", "head_dim_scale", "no_attn_cap", "swap_norms", "no_final_cap")
+    for variant in variants:
         print(variant, float((forward(w, ids, variant) - logits).abs().max()))
     print("logit range", float(logits.min()), float(logits.max()))
 
