@@ -191,6 +191,29 @@ TEST(HfConvertGemma2, InterleaveSlidingWindowWindowsTheLayersTransformersDoes) {
   }
 }
 
+// A MindSpeed-LLM Gemma-2 checkpoint's args hold interleave_sliding_window instead of a window: read as
+// the same window in the same layers (the golden's logits), and refused with another skip frequency.
+TEST(HfConvertGemma2, MindSpeedInterleaveSlidingWindowArgsAreRead) {
+  TempDir tmp;
+  ASSERT_TRUE(convert_hf_to_gale(to_gale(fixture("gemma2"), tmp.file("gale")), quiet).ok());
+  auto mindspeed = [](nlohmann::json& a) {
+    a.erase("sliding_window");
+    a.erase("window_attn_skip_freq");
+    a["interleave_sliding_window"] = 4;
+  };
+  const Golden g = read_golden("gemma2");
+  auto lm = load_model(tmp.file("gale"), mindspeed);
+  EXPECT_EQ(lm->config.sliding_window, 4);
+  EXPECT_EQ(lm->config.window_layers, std::vector<int>({1, 0, 1}));
+  EXPECT_LT(compare(logits_of(*lm->model, g.tokens), g).max_diff, kLogitTolerance);
+  nlohmann::json args = CheckpointReader::open(tmp.file("gale"))->section("args").value();
+  mindspeed(args);
+  args["window_attn_skip_freq"] = 3;
+  const Status s = model_args_from_json(args, "ckpt").status();
+  EXPECT_EQ(s.message(), "ckpt: args: --interleave-sliding-window windows every other layer (--window-attn-skip-freq "
+                         "2), found --window-attn-skip-freq 3");
+}
+
 TEST(HfConvertGemma2, Refusals) {
   TempDir tmp;
   const std::string dir = copy_fixture(tmp, "gemma2");
