@@ -14,6 +14,7 @@
 
 #include "core/rng.h"
 #include "core/threads.h"
+#include "kernels/cpu/fused_geglu.h"
 #include "kernels/cpu/fused_ops.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/isa.h"
@@ -215,6 +216,26 @@ void BM_SwigluForwardBackward(benchmark::State& state) {  // LLaMA-style MLP, F 
   set_bytes(state, 4 * (3.0 * kT * F + 5.0 * kT * F));
 }
 BENCHMARK(BM_SwigluForwardBackward)->Apply(ImplArgs);
+
+// Gemma's MLP (MindSpeed-LLM's --gelu-tanh, and the exact --geglu), the SwiGLU shape: the kernels
+// table.impl["geglu"] names (the reference, or the fused build installed with the swiglu group).
+void geglu_forward_backward(benchmark::State& state, GegluGate gate) {
+  OpTable t;
+  if (!table_for(state, state.range(0), &t)) return;
+  const GegluKernels k = geglu_kernels(t);
+  const int64_t F = 2048;
+  auto u = rand_vec(kT * 2 * F, 16, 3.0f), dact = rand_vec(kT * F, 17);
+  std::vector<float> act(kT * F), du(kT * 2 * F);
+  for (auto _ : state) {
+    k.forward(gate, u.data(), nullptr, act.data(), kT, F);
+    k.backward(gate, dact.data(), u.data(), du.data(), nullptr, kT, F);
+  }
+  set_bytes(state, 4 * (3.0 * kT * F + 5.0 * kT * F));
+}
+void BM_GegluTanhForwardBackward(benchmark::State& state) { geglu_forward_backward(state, GegluGate::kTanh); }
+BENCHMARK(BM_GegluTanhForwardBackward)->Apply(ImplArgs);
+void BM_GegluErfForwardBackward(benchmark::State& state) { geglu_forward_backward(state, GegluGate::kErf); }
+BENCHMARK(BM_GegluErfForwardBackward)->Apply(ImplArgs);
 
 // ---- RoPE, embedding, AdamW
 

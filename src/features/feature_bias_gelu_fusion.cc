@@ -19,7 +19,8 @@ void register_feature_bias_gelu_fusion(FeatureRegistry& registry) {
     if (a.model.swiglu) return std::string("the model uses SwiGLU");
     if (a.model.openai_gelu) return std::string("--openai-gelu: the tanh GeLU has only the reference kernel");
     if (a.model.geglu || a.model.gelu_tanh)
-      return std::string(a.model.geglu ? "--geglu" : "--gelu-tanh") + ": GeGLU has only the reference kernel";
+      return std::string(a.model.geglu ? "--geglu" : "--gelu-tanh") +
+             ": GeGLU's fused kernel comes with --use-fused-swiglu (level 2)";
     if (a.model.squared_relu) return std::string("--squared-relu: the model has no GeLU");
     return std::string();
   };

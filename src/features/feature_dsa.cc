@@ -90,7 +90,8 @@ class DsaFeature : public Feature {
            "CP as Megatron-Core's (TP×CP divides --linear-num-key-heads); MTP (--mtp-num-layers) when the last "
            "decoder layer is full attention, with speculative decoding (--num-speculative-tokens) rolling the GDN "
            "states back; LoRA (in_proj / out_proj at any TP and CP 1, and the attention and MLP linears); no MLA; "
-           "Megatron's torch-format GDN checkpoints load and convert both ways at any TP/PP (not torch_dist); "
+           "Megatron's torch-format GDN checkpoints load and convert both ways at any TP/PP, and its torch_dist (any "
+           "saving TP) and TP 1 torch_dcp ones load and convert to Gale / torch (in_proj / conv1d sections joined); "
            "gale convert imports and exports Hugging Face Qwen3NextForCausalLM; "
            "--experimental-attention-variant gdn2: Gated DeltaNet-2 (channel-wise decay, erase and write gates) in "
            "the same layers or a hybrid model's 'G' layers, with TP/SP, CP and decoding as gdn, Megatron's torch format as "
@@ -101,7 +102,8 @@ class DsaFeature : public Feature {
            "only to them, the indexer learns from a KL loss (--dsa-indexer-loss-coeff, --dsa-indexer-use-sparse-loss) "
            "logged as indexer loss; --use-fused-sparse-flash-attention: fused sparse attention kernels; needs "
            "--multi-latent-attention and --qk-layernorm; generate/evaluate and batched serving with a KV cache of "
-           "indexer keys; gale convert to and from Hugging Face DeepseekV32ForCausalLM and Megatron's formats; "
+           "indexer keys; gale convert to and from Hugging Face DeepseekV32ForCausalLM and Megatron's formats (torch both ways, "
+           "torch_dist read at any saving TP); "
            "no TP/SP/CP, attention dropout, MTP, --flash-decode; --use-dsa-absorb, "
            "--use-fused-lightning-indexer, --use-fused-lightning-indexer-kl-loss not supported yet";
   }

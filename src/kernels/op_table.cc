@@ -178,8 +178,8 @@ OpTable reference_ops() {
   t.adamw_step = adamw_step_ref;
   t.ema_adamw_step = ema_adamw_step_ref;
   t.sum_of_squares = gale::sum_of_squares;
-  for (const char* op : {"gemm", "norm", "bias_dropout_add", "gelu", "swiglu", "rope", "attention", "embedding",
-                         "bias_dropout_add_norm", "lm_head_loss", "adamw"})
+  for (const char* op : {"gemm", "norm", "bias_dropout_add", "gelu", "swiglu", "geglu", "rope", "attention",
+                         "embedding", "bias_dropout_add_norm", "lm_head_loss", "adamw"})
     t.impl[op] = "reference";
   return t;
 }

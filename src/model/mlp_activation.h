@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "kernels/cpu/geglu.h"
+#include "kernels/cpu/fused_geglu.h"
 #include "kernels/op_table.h"
 #include "model/config.h"
 
@@ -29,17 +29,18 @@ inline bool mlp_uses_glu_kernels(const ModelConfig& c) {
 inline GegluGate mlp_geglu_gate(const ModelConfig& c) { return c.openai_gelu ? GegluGate::kTanh : GegluGate::kErf; }
 
 // One call of the model's activation forward: fn(u, bias, act, rows, F) as ActivationForwardFn.
-// GeGLU has no op-table entry: it always runs the reference kernels (kernels/cpu/geglu.h), at every
-// --optimization-level.
+// GeGLU has no op-table function entry: it runs the kernels ops.impl["geglu"] names
+// (kernels/cpu/fused_geglu.h): the reference, or the fused build that --use-fused-swiglu installs.
 struct MlpActivationForward {
   ActivationForwardFn plain = nullptr;
   GluForwardFn glu = nullptr;
   GluSpec spec;
   bool geglu = false;
   GegluGate gate = GegluGate::kErf;
+  GegluForwardFn geglu_fn = geglu_forward_ref;
   void operator()(float* u, const float* bias, float* act, int64_t rows, int64_t F) const {
     if (geglu) {
-      geglu_forward_ref(gate, u, bias, act, rows, F);
+      geglu_fn(gate, u, bias, act, rows, F);
     } else if (glu) {
       glu(spec, u, bias, act, rows, F);
     } else {
@@ -54,9 +55,10 @@ struct MlpActivationBackward {
   GluSpec spec;
   bool geglu = false;
   GegluGate gate = GegluGate::kErf;
+  GegluBackwardFn geglu_fn = geglu_backward_ref;
   void operator()(const float* dact, const float* u, float* du, float* dbias, int64_t rows, int64_t F) const {
     if (geglu) {
-      geglu_backward_ref(gate, dact, u, du, dbias, rows, F);
+      geglu_fn(gate, dact, u, du, dbias, rows, F);
     } else if (glu) {
       glu(spec, dact, u, du, dbias, rows, F);
     } else {
@@ -70,6 +72,7 @@ inline MlpActivationForward mlp_activation_forward(const ModelConfig& c, const O
   if (c.geglu) {
     f.geglu = true;
     f.gate = mlp_geglu_gate(c);
+    f.geglu_fn = geglu_kernels(ops).forward;
   } else if (mlp_uses_glu_kernels(c)) {
     f.glu = ops.glu_forward;
     f.spec = mlp_glu_spec(c);
@@ -88,6 +91,7 @@ inline MlpActivationBackward mlp_activation_backward(const ModelConfig& c, const
   if (c.geglu) {
     b.geglu = true;
     b.gate = mlp_geglu_gate(c);
+    b.geglu_fn = geglu_kernels(ops).backward;
   } else if (mlp_uses_glu_kernels(c)) {
     b.glu = ops.glu_backward;
     b.spec = mlp_glu_spec(c);

@@ -33,6 +33,9 @@ void add_model_args(ArgParser& p, ModelArgs& a) {
   add_no_rope_args(p, a);
   p.add_flag("--rotary-interleaved", &a.rotary_interleaved,
              "RoPE rotates interleaved pairs (2i, 2i+1) instead of the two halves of each head");
+  p.add_flag("--use-glm-rope", &a.rotary_interleaved,
+             "MindSpeed-LLM (ChatGLM3 / GLM-4, with --rotary-percent 0.5): GLM's RoPE, the same rotation as "
+             "--rotary-interleaved (recorded as it)");
   p.add("--rotary-seq-len-interpolation-factor", &a.rotary_seq_len_interpolation_factor,
         "RoPE position interpolation: positions divided by this factor (unset: none)");
   p.add("--sliding-window", &a.sliding_window,

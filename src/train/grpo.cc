@@ -18,6 +18,7 @@
 #include "train/grpo_eval.h"
 #include "train/grpo_packing.h"
 #include "train/grpo_refit.h"
+#include "train/memory_report.h"
 #include "train/model_setup.h"
 #include "train/total_loss_dict.h"
 #include "train/training_log.h"
@@ -304,6 +305,7 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, const 
   constexpr int kMoeTerms = kMoeAuxKinds + 1;
   int64_t advanced = 0, skipped = 0, nan_iters = 0, iters_in_interval = 0;
   double interval_start = now_seconds();
+  MemoryReporter memory_reporter(args, state->iteration);  // Megatron's report after the log lines
   if (train_iters > 0) print_datetime("before the start of training step");  // Megatron's train()
   while (state->iteration < train_iters) {
     if (saves.finalize) GALE_RETURN_IF_ERROR(saves.finalize(/*blocking=*/false));  // --async-save
@@ -469,6 +471,8 @@ Status run_grpo(const Arguments& args, const GrpoArgs& g, Engine& engine, const 
       f.skipped_iterations = skipped;
       f.nan_iterations = nan_iters;
       print_rank_last(format_training_log_line(f));
+      GALE_RETURN_IF_ERROR(memory_reporter.after_log_line(state->iteration, engine.ps.world()->rank(),
+                                                          static_cast<int>(dp_rank), num_mb));
       totals.reset();
       advanced = skipped = nan_iters = iters_in_interval = 0;
       interval_start = now_seconds();

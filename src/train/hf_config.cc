@@ -27,6 +27,8 @@ const char* hf_architecture_name(HfArchitecture a) {
     case HfArchitecture::kGptOss: return "GptOssForCausalLM";
     case HfArchitecture::kInternLM2: return "InternLM2ForCausalLM";
     case HfArchitecture::kPhi3: return "Phi3ForCausalLM";
+    case HfArchitecture::kBaichuan: return "BaichuanForCausalLM";
+    case HfArchitecture::kChatGLM: return "ChatGLMModel";
     case HfArchitecture::kGemma: return "GemmaForCausalLM";
     case HfArchitecture::kGemma2: return "Gemma2ForCausalLM";
     case HfArchitecture::kGemma3: return "Gemma3ForCausalLM";
@@ -765,8 +767,85 @@ Status read_phi3(const ConfigReader& c, ModelArgs* m) {
   return read_sliding_window(c, m->num_layers, /*mistral_like=*/true, /*mistral=*/false, /*per_layer=*/false, m);
 }
 
+// Baichuan2-7B's own keys: multi-head attention only (W_pack is [q; k; v] of equal parts), RoPE with the base
+// 10000 that its RotaryEmbedding fixes (a rope_theta other than that is refused: modeling_baichuan.py ignores it),
+// no rope_scaling, z_loss_weight 0 (a training-loss term Gale does not have).
+Status read_baichuan(const ConfigReader& c, const ModelArgs& m) {
+  if (m.num_kv_heads != m.num_attention_heads)
+    return refuse(c, "num_key_value_heads", "Baichuan's W_pack is multi-head: [q; k; v] of hidden_size rows each");
+  if (c.set("rope_theta") && m.rotary_base != 10000)
+    return refuse(c, "rope_theta", "Baichuan2-7B's RotaryEmbedding has the base 10000 and reads no rope_theta");
+  if (c.set("rope_scaling")) return refuse(c, "rope_scaling", "Baichuan2-7B's RoPE is unscaled");
+  GALE_ASSIGN_OR_RETURN(double z_loss, c.number("z_loss_weight", 0.0));
+  if (z_loss != 0.0)
+    return refuse(c, "z_loss_weight", "Baichuan's z-loss (z_loss_weight x logsumexp(logits)^2 added to the training "
+                  "loss) is not in Gale's loss; 0 (the released models) only");
+  return Status::Ok();
+}
+
+// ChatGLM3 / GLM-4 (THUDM's modeling_chatglm.py): its own key names for a pre-norm RMSNorm, SwiGLU,
+// GQA model with q/k/v biases; RoPE over the first kv_channels / 2 dimensions of each head in
+// interleaved pairs (--rotary-percent 0.5 --rotary-interleaved), base 10000 x rope_ratio.
+Status read_chatglm(const ConfigReader& c, HfModel& out) {
+  ModelArgs& m = out.model;
+  GALE_ASSIGN_OR_RETURN(m.hidden_size, c.positive("hidden_size"));
+  GALE_ASSIGN_OR_RETURN(m.num_layers, c.positive("num_layers"));
+  GALE_ASSIGN_OR_RETURN(m.num_attention_heads, c.positive("num_attention_heads"));
+  if (!c.set("kv_channels") && m.hidden_size % m.num_attention_heads != 0)
+    return InvalidArgument(c.path(), ": hidden_size ", m.hidden_size, " is not a multiple of num_attention_heads ",
+                           m.num_attention_heads, " and there is no kv_channels");
+  GALE_ASSIGN_OR_RETURN(m.kv_channels, c.positive("kv_channels", m.hidden_size / m.num_attention_heads));
+  if (m.kv_channels % 4 != 0)
+    return InvalidArgument(c.path(), ": kv_channels ", m.kv_channels, " must be a multiple of 4 (ChatGLM rotates "
+                           "kv_channels / 2 dimensions of each head in pairs)");
+  GALE_ASSIGN_OR_RETURN(bool mqa, c.boolean("multi_query_attention", false));
+  GALE_ASSIGN_OR_RETURN(int64_t groups, c.positive("multi_query_group_num", 1));
+  m.num_kv_heads = mqa ? groups : m.num_attention_heads;
+  if (m.num_attention_heads % m.num_kv_heads != 0)
+    return InvalidArgument(c.path(), ": num_attention_heads ", m.num_attention_heads,
+                           " is not a multiple of multi_query_group_num ", m.num_kv_heads);
+  GALE_ASSIGN_OR_RETURN(m.ffn_hidden_size, c.positive("ffn_hidden_size"));
+  GALE_ASSIGN_OR_RETURN(m.max_position_embeddings, c.positive("seq_length"));
+  GALE_ASSIGN_OR_RETURN(m.norm_epsilon, c.number("layernorm_epsilon", 1e-5));
+  auto need = [&](const char* key, bool fallback, bool wanted, const char* why) -> Status {
+    GALE_ASSIGN_OR_RETURN(bool v, c.boolean(key, fallback));
+    if (v != wanted)
+      return Unimplemented(c.path(), ": '", key, "' = ", c.set(key) ? c.dump(key) : str_cat("absent (", fallback ? "true" : "false", ")"),
+                           " is not supported yet (", why, ")");
+    return Status::Ok();
+  };
+  GALE_RETURN_IF_ERROR(need("rmsnorm", true, true, "ChatGLM with LayerNorm and RoPE: Gale reads RMSNorm only"));
+  GALE_RETURN_IF_ERROR(need("add_bias_linear", false, false, "biases on dense and the MLP; the q/k/v bias "
+                            "(add_qkv_bias) is supported"));
+  GALE_RETURN_IF_ERROR(need("post_layer_norm", true, true, "no final_layernorm"));
+  GALE_RETURN_IF_ERROR(need("apply_residual_connection_post_layernorm", false, false,
+                            "residuals taken after the norms"));
+  GALE_RETURN_IF_ERROR(need("original_rope", true, true, "ChatGLM's RotaryEmbedding implements original_impl only"));
+  if (c.set("pre_seq_len"))
+    return refuse(c, "pre_seq_len", "P-tuning v2 prefix encoders (transformer.prefix_encoder) are not converted");
+  if (c.set("rope_scaling")) return refuse(c, "rope_scaling", "ChatGLM's RoPE is scaled by rope_ratio only");
+  GALE_ASSIGN_OR_RETURN(double ratio, c.number("rope_ratio", 1.0));
+  const double base = 10000.0 * ratio;
+  if (ratio <= 0 || base != std::floor(base) || base > 9.0e15)
+    return refuse(c, "rope_ratio", "Megatron's --rotary-base 10000 x rope_ratio is a positive integer");
+  m.rotary_base = static_cast<int64_t>(base);
+  GALE_ASSIGN_OR_RETURN(m.add_qkv_bias, c.boolean("add_qkv_bias", false));
+  m.group_query_attention = m.num_kv_heads != m.num_attention_heads;
+  m.num_query_groups = m.group_query_attention ? m.num_kv_heads : 1;
+  m.normalization = "RMSNorm";
+  m.position_embedding_type = "rope";
+  m.rotary_interleaved = true;
+  m.swiglu = true;
+  m.add_bias_linear = false;
+  m.untie_embeddings_and_output_weights = true;  // output_layer is its own tensor (never tied)
+  return Status::Ok();
+}
+
 Status read_llama_family(const ConfigReader& c, const nlohmann::json& j, HfModel& out) {
   ModelArgs& m = out.model;
+  if (out.arch == HfArchitecture::kBaichuan && !c.set("max_position_embeddings"))
+    return Unimplemented(c.path(), ": BaichuanForCausalLM without max_position_embeddings is Baichuan2-13B's form "
+                         "(ALiBi, model_max_length), which is not supported yet: Gale reads Baichuan2-7B's (RoPE)");
   GALE_ASSIGN_OR_RETURN(m.hidden_size, c.positive("hidden_size"));
   GALE_ASSIGN_OR_RETURN(m.num_layers, c.positive("num_hidden_layers"));
   GALE_ASSIGN_OR_RETURN(m.num_attention_heads, c.positive("num_attention_heads"));
@@ -783,7 +862,8 @@ Status read_llama_family(const ConfigReader& c, const nlohmann::json& j, HfModel
   if (m.num_attention_heads % m.num_kv_heads != 0)
     return InvalidArgument(c.path(), ": num_attention_heads ", m.num_attention_heads,
                            " is not a multiple of num_key_value_heads ", m.num_kv_heads);
-  if ((out.arch == HfArchitecture::kInternLM2 || out.arch == HfArchitecture::kPhi3) &&
+  if ((out.arch == HfArchitecture::kInternLM2 || out.arch == HfArchitecture::kPhi3 ||
+       out.arch == HfArchitecture::kBaichuan) &&
       (m.hidden_size % m.num_attention_heads != 0 || m.kv_channels != default_head_dim))
     return InvalidArgument(c.path(), ": ", hf_architecture_name(out.arch), " has heads of hidden_size / "
                            "num_attention_heads: expected hidden_size ", m.hidden_size, " to be a multiple of ",
@@ -803,6 +883,8 @@ Status read_llama_family(const ConfigReader& c, const nlohmann::json& j, HfModel
     GALE_RETURN_IF_ERROR(read_internlm2(c, out));
   } else if (out.arch == HfArchitecture::kPhi3) {
     GALE_RETURN_IF_ERROR(read_phi3(c, &m));
+  } else if (out.arch == HfArchitecture::kBaichuan) {
+    GALE_RETURN_IF_ERROR(read_baichuan(c, m));
   } else if (c.set("rope_scaling") && !gemma2) {  // Gemma-2's: refused by read_gemma2_keys
     GALE_RETURN_IF_ERROR(read_llama_rope_scaling(c, &m));
   }
@@ -1015,6 +1097,29 @@ Status gemma2_from_args(const ModelArgs& m, const MoeArgs& moe, const std::strin
   return Status::Ok();
 }
 
+// A Gale model with --rotary-interleaved --rotary-percent 0.5 is ChatGLM-shaped only with the rest of ChatGLM's
+// block: RMSNorm, SwiGLU, rope (unscaled), no linear biases but the optional q/k/v one, an untied output layer.
+Status chatglm_from_args(const ModelArgs& m, const MoeArgs& moe, const std::string& where) {
+  const bool shape = m.normalization == "RMSNorm" && !m.apply_layernorm_1p && m.swiglu && !m.add_bias_linear &&
+                     m.untie_embeddings_and_output_weights && m.position_embedding_type == "rope" &&
+                     !m.use_rope_scaling && unset(m.rotary_seq_len_interpolation_factor) && m.kv_channels % 4 == 0 &&
+                     !moe.enabled() && !m.qk_layernorm && !m.qk_l2_norm && m.sliding_window == kUnset &&
+                     !m.multi_latent_attention && (m.mtp_num_layers == kUnset || m.mtp_num_layers == 0) &&
+                     m.noop_layers.empty() && m.experimental_attention_variant.empty() && !m.attention_output_gate &&
+                     !m.embed_layernorm && m.softmax_type == "vanilla" && m.no_rope_pattern.empty() &&
+                     !m.add_rmsnorm_offset && !m.input_embeds_norm && !m.geglu && !m.gelu_tanh && !m.squared_relu;
+  if (!shape)
+    return Unimplemented(where, ": a model with --rotary-interleaved --rotary-percent 0.5 is written only as "
+                         "ChatGLMModel: --normalization RMSNorm, --swiglu, --disable-bias-linear (--add-qkv-bias "
+                         "allowed), --untie-embeddings-and-output-weights, --position-embedding-type rope without "
+                         "scaling, --kv-channels a multiple of 4, without experts, q/k norms, --sliding-window, MLA, "
+                         "MTP or noop layers (found --normalization ", m.normalization, ", swiglu ",
+                         m.swiglu ? "on" : "off", ", linear biases ", m.add_bias_linear ? "on" : "off",
+                         ", untied output ", m.untie_embeddings_and_output_weights ? "on" : "off",
+                         ", position embedding ", m.position_embedding_type, ", --kv-channels ", m.kv_channels, ")");
+  return Status::Ok();
+}
+
 Status gpt_oss_from_args(const ModelArgs& m, const MoeArgs& moe, const std::string& where) {
   std::string why;
   auto need = [&](bool ok, const std::string& what) {
@@ -1192,6 +1297,54 @@ void add_phi3_config(const HfModel& hf, nlohmann::json* j) {
   (*j)["resid_pdrop"] = (*j)["embd_pdrop"] = 0.0;
 }
 
+// Baichuan2-7B's keys (configuration_baichuan.py, trust_remote_code): multi-head, RoPE base 10000 (no rope_theta),
+// model_max_length beside max_position_embeddings, z_loss_weight 0.
+void add_baichuan_config(nlohmann::json* j) {
+  for (const char* key : {"head_dim", "num_key_value_heads", "rope_theta", "rope_scaling", "attention_dropout"})
+    j->erase(key);
+  (*j)["model_max_length"] = (*j)["max_position_embeddings"];
+  (*j)["z_loss_weight"] = 0;
+  (*j)["tokenizer_class"] = "BaichuanTokenizer";
+  (*j)["auto_map"] = {{"AutoConfig", "configuration_baichuan.BaichuanConfig"},
+                      {"AutoModelForCausalLM", "modeling_baichuan.BaichuanForCausalLM"}};
+}
+
+// ChatGLM3 / GLM-4's config.json (configuration_chatglm.py, trust_remote_code).
+nlohmann::json chatglm_config(const HfModel& hf) {
+  const ModelArgs& m = hf.model;
+  nlohmann::json j;
+  j["architectures"] = {hf_architecture_name(hf.arch)};
+  j["model_type"] = "chatglm";
+  j["auto_map"] = {{"AutoConfig", "configuration_chatglm.ChatGLMConfig"},
+                   {"AutoModel", "modeling_chatglm.ChatGLMForConditionalGeneration"},
+                   {"AutoModelForCausalLM", "modeling_chatglm.ChatGLMForConditionalGeneration"}};
+  j["num_layers"] = m.num_layers;
+  j["hidden_size"] = m.hidden_size;
+  j["ffn_hidden_size"] = m.ffn_hidden_size;
+  j["num_attention_heads"] = m.num_attention_heads;
+  j["kv_channels"] = m.kv_channels;
+  j["multi_query_attention"] = m.num_kv_heads != m.num_attention_heads;
+  j["multi_query_group_num"] = m.num_kv_heads;
+  j["padded_vocab_size"] = hf.vocab_size;
+  j["seq_length"] = m.max_position_embeddings;
+  j["layernorm_epsilon"] = m.norm_epsilon;
+  j["rmsnorm"] = true;
+  j["add_bias_linear"] = false;
+  j["add_qkv_bias"] = m.add_qkv_bias;
+  j["post_layer_norm"] = true;
+  j["apply_residual_connection_post_layernorm"] = false;
+  j["apply_query_key_layer_scaling"] = true;
+  j["attention_softmax_in_fp32"] = true;
+  j["bias_dropout_fusion"] = true;
+  j["fp32_residual_connection"] = false;
+  j["original_rope"] = true;
+  j["rope_ratio"] = static_cast<double>(m.rotary_base) / 10000.0;
+  j["attention_dropout"] = j["hidden_dropout"] = 0.0;
+  j["tie_word_embeddings"] = false;
+  j["use_cache"] = true;
+  return j;
+}
+
 // transformers 5.x saves RoPE as "rope_parameters" {"rope_type", "rope_theta", scaling keys...} and the
 // precision as "dtype": the 4.x keys (rope_theta, rope_scaling, torch_dtype) the readers take.
 StatusOr<nlohmann::json> with_transformers4_keys(const nlohmann::json& config, const std::string& path) {
@@ -1245,19 +1398,25 @@ StatusOr<HfModel> hf_model_from_config(const nlohmann::json& raw_config, const s
   else if (name == "GemmaForCausalLM") out.arch = HfArchitecture::kGemma;
   else if (name == "Gemma2ForCausalLM") out.arch = HfArchitecture::kGemma2;
   else if (name == "Gemma3ForCausalLM") out.arch = HfArchitecture::kGemma3;
+  else if (name == "BaichuanForCausalLM") out.arch = HfArchitecture::kBaichuan;
+  else if (name == "ChatGLMModel" || name == "ChatGLMForConditionalGeneration") out.arch = HfArchitecture::kChatGLM;
   else
     return Unimplemented(path, ": architecture '", name,
                          "' is not supported yet (supported: GPT2LMHeadModel, BloomForCausalLM, LlamaForCausalLM, "
                          "Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, MixtralForCausalLM, "
                          "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Qwen3NextForCausalLM, DeepseekV3ForCausalLM, DeepseekV32ForCausalLM, "
-                         "GptOssForCausalLM, InternLM2ForCausalLM, Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM)");
+                         "GptOssForCausalLM, InternLM2ForCausalLM, Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, "
+                         "Gemma3ForCausalLM, BaichuanForCausalLM, ChatGLMModel, ChatGLMForConditionalGeneration)");
   GALE_RETURN_IF_ERROR(out.arch == HfArchitecture::kGpt2         ? read_gpt2(c, out)
                        : out.arch == HfArchitecture::kBloom      ? read_bloom(c, out)
                        : out.arch == HfArchitecture::kDeepseekV3 ? read_deepseek_v3(c, out)
                        : out.arch == HfArchitecture::kGptOss     ? read_gpt_oss(c, out)
+                       : out.arch == HfArchitecture::kChatGLM    ? read_chatglm(c, out)
                                                                  : read_llama_family(c, config, out));
   if (name == kDeepseekV32Name) GALE_RETURN_IF_ERROR(read_deepseek_v32_indexer(config, path, out));
-  GALE_ASSIGN_OR_RETURN(out.vocab_size, c.positive("vocab_size"));
+  // ChatGLM's embedding and output_layer have padded_vocab_size rows (its vocab_size, if any, is the tokenizer's).
+  GALE_ASSIGN_OR_RETURN(out.vocab_size,
+                        c.positive(out.arch == HfArchitecture::kChatGLM ? "padded_vocab_size" : "vocab_size"));
   GALE_ASSIGN_OR_RETURN(out.torch_dtype, c.string("torch_dtype", ""));
   out.target_tensor_parallel = tensor_parallel;
   ModelArgs& m = out.model;
@@ -1266,7 +1425,10 @@ StatusOr<HfModel> hf_model_from_config(const nlohmann::json& raw_config, const s
                            m.num_attention_heads, " attention heads and ", m.num_kv_heads, " key/value heads of ",
                            path);
   m.seq_length = m.max_position_embeddings;
-  if (out.arch != HfArchitecture::kQwen3Next) m.rotary_percent = 1.0;  // Qwen3-Next: partial_rotary_factor
+  // Qwen3-Next: partial_rotary_factor; ChatGLM: half of each head.
+  m.rotary_percent = out.arch == HfArchitecture::kQwen3Next ? m.rotary_percent
+                     : out.arch == HfArchitecture::kChatGLM ? 0.5
+                                                            : 1.0;
   m.make_vocab_size_divisible_by = divisible_by;
   m.padded_vocab_size = pad_vocab_size(out.vocab_size, divisible_by, tensor_parallel);
   return out;
@@ -1301,6 +1463,14 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
   if (m.geglu || m.gelu_tanh || m.add_rmsnorm_offset || m.input_embeds_norm) {  // MindSpeed-LLM's Gemma flags
     GALE_RETURN_IF_ERROR(gemma_from_args(m, moe, where));
     out.arch = HfArchitecture::kGemma;
+    if (vocab_size <= 0 || vocab_size > m.padded_vocab_size)
+      return InvalidArgument("--vocab-size ", vocab_size, ": expected 1 to the checkpoint's padded vocabulary ",
+                             m.padded_vocab_size);
+    return out;
+  }
+  if (m.rotary_interleaved && m.rotary_percent == 0.5 && m.position_embedding_type == "rope") {  // GLM's RoPE
+    GALE_RETURN_IF_ERROR(chatglm_from_args(m, moe, where));
+    out.arch = HfArchitecture::kChatGLM;
     if (vocab_size <= 0 || vocab_size > m.padded_vocab_size)
       return InvalidArgument("--vocab-size ", vocab_size, ": expected 1 to the checkpoint's padded vocabulary ",
                              m.padded_vocab_size);
@@ -1356,7 +1526,8 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
                          m.squared_relu         ? "--squared-relu"
                          : m.apply_layernorm_1p ? "--apply-layernorm-1p"
                                                 : "--rotary-interleaved",
-                         ", which no Hugging Face architecture Gale writes can hold");
+                         ", which no Hugging Face architecture Gale writes can hold",
+                         m.rotary_interleaved ? " (ChatGLMModel holds it with --rotary-percent 0.5)" : "");
   if (m.softmax_type != "vanilla")  // off-by-one (learnable: GptOssForCausalLM above)
     return Unimplemented(where, ": the model has --softmax-type ", m.softmax_type,
                          " (attention sinks), which no Hugging Face architecture Gale writes can hold "
@@ -1444,7 +1615,9 @@ nlohmann::json hf_config_json(const HfModel& hf, const std::string& torch_dtype)
   const ModelArgs& m = hf.model;
   nlohmann::json j;
   j["architectures"] = {hf_architecture_name(hf.arch)};
-  if (hf.arch == HfArchitecture::kGpt2) {
+  if (hf.arch == HfArchitecture::kChatGLM) {
+    j = chatglm_config(hf);
+  } else if (hf.arch == HfArchitecture::kGpt2) {
     j["model_type"] = "gpt2";
     j["n_embd"] = m.hidden_size;
     j["n_layer"] = m.num_layers;
@@ -1485,6 +1658,7 @@ nlohmann::json hf_config_json(const HfModel& hf, const std::string& torch_dtype)
                       : hf.arch == HfArchitecture::kGemma    ? "gemma"
                       : hf.arch == HfArchitecture::kGemma2   ? "gemma2"
                       : hf.arch == HfArchitecture::kGemma3   ? "gemma3_text"
+                      : hf.arch == HfArchitecture::kBaichuan ? "baichuan"
                                                              : "llama";
     j["hidden_size"] = m.hidden_size;
     j["num_hidden_layers"] = m.num_layers;
@@ -1554,6 +1728,8 @@ nlohmann::json hf_config_json(const HfModel& hf, const std::string& torch_dtype)
       j["attention_bias"] = false;
     } else if (hf.arch == HfArchitecture::kGemma2 || hf.arch == HfArchitecture::kGemma3) {
       add_gemma2_config(hf, &j);
+    } else if (hf.arch == HfArchitecture::kBaichuan) {
+      add_baichuan_config(&j);
     } else {
       j["attention_bias"] = false;
       j["mlp_bias"] = false;
@@ -1564,10 +1740,38 @@ nlohmann::json hf_config_json(const HfModel& hf, const std::string& torch_dtype)
   return j;
 }
 
+namespace {
+
+// Baichuan2-7B holds an untied multi-head LLaMA with RoPE base 10000 and nothing else.
+std::string keep_baichuan(HfModel* m, const std::string& source) {
+  const ModelArgs& a = m->model;
+  std::string why;
+  if (m->arch != HfArchitecture::kLlama)
+    why = str_cat("it is a ", hf_architecture_name(m->arch), " (biases, norms, a window or experts Baichuan lacks)");
+  else if (a.kv_channels * a.num_attention_heads != a.hidden_size)
+    why = str_cat("--kv-channels ", a.kv_channels, " is not hidden / heads");
+  else if (a.num_kv_heads != a.num_attention_heads)
+    why = str_cat("--num-query-groups ", a.num_kv_heads, ": W_pack is multi-head");
+  else if (a.position_embedding_type != "rope" || a.use_rope_scaling || !unset(a.rotary_seq_len_interpolation_factor))
+    why = "its RoPE is unscaled";
+  else if (a.rotary_base != 10000)
+    why = str_cat("--rotary-base ", a.rotary_base, ": its RoPE base is 10000");
+  else if (!a.untie_embeddings_and_output_weights)
+    why = "its lm_head is not tied to the embedding";
+  if (!why.empty())
+    return str_cat("the checkpoint was converted from ", source, ", which cannot hold it (", why, "): writing it as ",
+                   hf_architecture_name(m->arch));
+  m->arch = HfArchitecture::kBaichuan;
+  return "";
+}
+
+}  // namespace
+
 std::string hf_keep_source_architecture(HfModel* m, const nlohmann::json& hf_source) {
   if (!hf_source.is_object() || !hf_source.contains("architecture") || !hf_source["architecture"].is_string())
     return "";
   const std::string source = hf_source["architecture"].get<std::string>();
+  if (source == hf_architecture_name(HfArchitecture::kBaichuan)) return keep_baichuan(m, source);
   const bool internlm2 = source == hf_architecture_name(HfArchitecture::kInternLM2);
   if (!internlm2 && source != hf_architecture_name(HfArchitecture::kPhi3)) return "";
   const ModelArgs& a = m->model;

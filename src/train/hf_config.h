@@ -93,7 +93,23 @@
 //                       when null or at least max_position_embeddings); partial_rotary_factor must be 1;
 //                       rope_scaling must be null: longrope / su (per-dimension short_factor / long_factor chosen
 //                       by the sequence length, cos/sin scaled by sqrt(1 + ln(s) / ln(original))) is refused.
-// A Gale checkpoint converted from InternLM2 or Phi-3 records that in its hf_source section and is written
+//   BaichuanForCausalLM Baichuan2-7B (trust_remote_code): LLaMA's multi-head block with the fused
+//                       self_attn.W_pack [q; k; v]; RoPE base 10000 (no rope_theta key; another rope_theta is
+//                       refused); lm_head is a NormHead (each vocabulary row divided by its L2 norm in the forward):
+//                       normalised once at conversion, as Baichuan's NormHead does in eval mode, so Gale trains a
+//                       plain --untie-embeddings-and-output-weights head from there. Baichuan2-13B's form (ALiBi,
+//                       model_max_length without max_position_embeddings) and z_loss_weight != 0 are refused.
+//   ChatGLMModel        ChatGLM3-6B / GLM-4-9B-chat in the THUDM (trust_remote_code) format, also named
+//                       ChatGLMForConditionalGeneration (written back as ChatGLMModel): num_layers, ffn_hidden_size,
+//                       kv_channels -> --kv-channels, multi_query_group_num -> --num-query-groups (when
+//                       multi_query_attention), padded_vocab_size (the vocabulary), seq_length, layernorm_epsilon,
+//                       add_qkv_bias -> --add-qkv-bias; RoPE on the first half of each head in interleaved pairs
+//                       is --rotary-percent 0.5 --rotary-interleaved (MindSpeed-LLM's --use-glm-rope
+//                       --rotary-percent 0.5), rope_ratio R -> --rotary-base 10000·R. Required: rmsnorm true,
+//                       add_bias_linear false, post_layer_norm true, apply_residual_connection_post_layernorm
+//                       false, original_rope true, pre_seq_len null. A Gale model with --rotary-interleaved
+//                       --rotary-percent 0.5 (RMSNorm, SwiGLU, untied, no other biases) is written as ChatGLMModel.
+// A Gale checkpoint converted from InternLM2, Phi-3 or Baichuan records that in its hf_source section and is written
 // back in the same architecture when its flags still fit it (hf_keep_source_architecture).
 //   GemmaForCausalLM    Gemma (v1): LLaMA's layout and weight names (GQA / MQA, RoPE, no biases, head_dim ->
 //                       --kv-channels) with MindSpeed-LLM's Gemma flags: GemmaRMSNorm's x·(1 + w) is
@@ -139,7 +155,8 @@ namespace gale {
 enum class HfArchitecture {
   kGpt2, kLlama, kQwen2, kMistral, kMixtral, kQwen2Moe, kDeepseekV3, kQwen3, kBloom, kQwen3Moe, kQwen3Next, kGptOss,
   kInternLM2, kPhi3,
-  kGemma, kGemma2, kGemma3
+  kGemma, kGemma2, kGemma3,
+  kBaichuan, kChatGLM
 };
 
 // "GPT2LMHeadModel", "LlamaForCausalLM", ...
@@ -179,11 +196,12 @@ StatusOr<HfModel> hf_model_from_config(const nlohmann::json& config, const std::
 StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int64_t vocab_size,
                                      const std::string& where);
 
-// A checkpoint converted from InternLM2ForCausalLM or Phi3ForCausalLM (`hf_source`: its "hf_source" section,
-// {"architecture", "rope_scaling"}) is written back as that architecture when `m` (from hf_model_from_args) is a
-// LLaMA (InternLM2: plain or linear-interpolated RoPE) or Mistral (Phi-3) with head_dim = hidden / heads and no
-// RoPE scaling Phi-3 lacks. Returns a line for the log when the recorded architecture cannot hold the model
-// (it is then written as m->arch), else "".
+// A checkpoint converted from InternLM2ForCausalLM, Phi3ForCausalLM or BaichuanForCausalLM (`hf_source`: its
+// "hf_source" section, {"architecture", "rope_scaling"}) is written back as that architecture when `m` (from
+// hf_model_from_args) is a LLaMA (InternLM2: plain or linear-interpolated RoPE) or Mistral (Phi-3) with head_dim =
+// hidden / heads and no RoPE scaling Phi-3 lacks, or (Baichuan) an untied multi-head LLaMA with --rotary-base 10000
+// and no RoPE scaling. Returns a line for the log when the recorded architecture cannot hold the model (it is then
+// written as m->arch), else "".
 std::string hf_keep_source_architecture(HfModel* m, const nlohmann::json& hf_source);
 
 // The config.json transformers reads for `m` ("torch_dtype" = `torch_dtype`, e.g. "float32").

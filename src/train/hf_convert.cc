@@ -42,6 +42,8 @@ Status check_model_type_hf(const std::string& given, const HfModel& m, const std
                              : given.rfind("gpt_oss", 0) == 0 || given.rfind("gpt-oss", 0) == 0 ? "gpt_oss"
                              : given.rfind("internlm2", 0) == 0 ? "internlm2"
                              : given.rfind("phi3", 0) == 0 ? "phi3"
+                             : given == "baichuan2" ? "baichuan2"  // not baichuan (Baichuan-1: no NormHead)
+                             : given == "chatglm3" ? "chatglm3"    // not glm4 (Glm4ForCausalLM, post-norms)
                                                            : "";
   const char* expected = m.arch == HfArchitecture::kGpt2    ? "gpt2"
                          : m.arch == HfArchitecture::kGemma ? "gemma"
@@ -57,9 +59,11 @@ Status check_model_type_hf(const std::string& given, const HfModel& m, const std
                          : m.arch == HfArchitecture::kMixtral ? "mixtral"
                          : m.arch == HfArchitecture::kInternLM2 ? "internlm2"
                          : m.arch == HfArchitecture::kPhi3    ? "phi3"
+                         : m.arch == HfArchitecture::kBaichuan ? "baichuan2"
+                         : m.arch == HfArchitecture::kChatGLM ? "chatglm3"
                                                               : "llama";
   if (family.empty())
-    return InvalidArgument("--model-type-hf ", given, ": expected one of gpt2, bloom, llama, llama2, llama3, qwen2, qwen3, mistral, mixtral, gpt_oss, internlm2, phi3, gemma, gemma2, gemma3");
+    return InvalidArgument("--model-type-hf ", given, ": expected one of gpt2, bloom, llama, llama2, llama3, qwen2, qwen3, mistral, mixtral, gpt_oss, internlm2, phi3, gemma, gemma2, gemma3, baichuan2, chatglm3");
   if (family != expected)
     return InvalidArgument("--model-type-hf ", given, " does not match ", config_path, ", which describes a ",
                            hf_architecture_name(m.arch));
@@ -186,6 +190,13 @@ Status convert_hf_to_gale(const HfToGaleOptions& o, const ConvertLog& log) {
                     ? str_cat(", --rotary-seq-len-interpolation-factor ", m.model.rotary_seq_len_interpolation_factor)
                     : std::string(),
                 m.model.sliding_window != kUnset ? str_cat(", --sliding-window ", m.model.sliding_window) : std::string()));
+  if (m.arch == HfArchitecture::kBaichuan)
+    log("Baichuan2: W_pack regrouped per head; lm_head (a NormHead) normalised per row once, as its eval forward "
+        "does: Gale trains a plain output layer from there");
+  if (m.arch == HfArchitecture::kChatGLM)
+    log(str_cat("ChatGLM: query_key_value regrouped per group, --rotary-percent 0.5 --rotary-interleaved "
+                "(MindSpeed-LLM's --use-glm-rope), --rotary-base ", m.model.rotary_base, ", --kv-channels ",
+                m.model.kv_channels, m.model.add_qkv_bias ? ", --add-qkv-bias" : ""));
   if (m.arch == HfArchitecture::kGemma)
     log(str_cat("gemma: ", m.model.gelu_tanh ? "--gelu-tanh" : "--geglu",
                 " --add-rmsnorm-offset --input-embeds-norm, head_dim ", m.model.kv_channels, ", ",

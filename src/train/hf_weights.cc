@@ -1,6 +1,8 @@
 // Tensor renaming and re-layout between Hugging Face and Gale checkpoints.
 #include "train/hf_weights.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "train/hf_deepseek_v32.h"
@@ -1094,6 +1096,113 @@ Status map_phi3(const HfModel& m, Mapper& mp, bool to_gale) {
   return to_gale ? final_norm_and_head_to_gale(m, d, mp) : final_norm_and_head_to_hf(m, d, mp);
 }
 
+// A fused [q NH·HD; k KV·HD; v KV·HD] projection (weight or bias) <-> Megatron's linear_qkv, grouped per
+// key/value group.
+Status move_fused_qkv(Mapper& mp, bool to_gale, const std::string& hf, const std::string& gale, const Dims& d,
+                      bool bias) {
+  const int64_t n = (d.NH + 2 * d.KV) * d.HD;
+  const Shape shape = bias ? Shape{n} : Shape{n, d.H};
+  if (to_gale) {
+    GALE_ASSIGN_OR_RETURN(Tensor qkv, mp.get(hf, shape));
+    mp.put(gale, group_qkv(rows(qkv, 0, d.NH * d.HD), rows(qkv, d.NH * d.HD, d.KV * d.HD),
+                           rows(qkv, (d.NH + d.KV) * d.HD, d.KV * d.HD), d.NH, d.KV, d.HD));
+  } else {
+    GALE_ASSIGN_OR_RETURN(Tensor qkv, mp.get(gale, shape));
+    mp.put(hf, concat_rows(split_qkv(qkv, d.NH, d.KV, d.HD)));
+  }
+  return Status::Ok();
+}
+
+// Each row divided by its L2 norm (torch.nn.functional.normalize: by max(norm, 1e-12)), in double.
+Tensor normalize_rows(const Tensor& t) {
+  Tensor out = Tensor::empty(t.shape());
+  const int64_t R = t.size(0), C = cols_of(t);
+  const float* in = t.data<float>();
+  float* o = out.data<float>();
+  for (int64_t r = 0; r < R; ++r) {
+    double sq = 0;
+    for (int64_t c = 0; c < C; ++c) sq += static_cast<double>(in[r * C + c]) * in[r * C + c];
+    const double norm = std::max(std::sqrt(sq), 1e-12);
+    for (int64_t c = 0; c < C; ++c) o[r * C + c] = static_cast<float>(in[r * C + c] / norm);
+  }
+  return out;
+}
+
+// Baichuan2-7B both ways: LLaMA's names but self_attn.W_pack = [q; k; v] (multi-head, regrouped per head into
+// linear_qkv), and lm_head a NormHead: normalised per row on the way in (what its forward multiplies by), written
+// back as Gale holds it (the NormHead normalises it again, which changes nothing for unit rows).
+Status map_baichuan(const HfModel& m, Mapper& mp, bool to_gale) {
+  const Dims d = dims(m);
+  auto one = [&](const std::string& hf, const std::string& gale, const Shape& shape) {
+    return move_tensor(mp, to_gale, hf, gale, shape);
+  };
+  GALE_RETURN_IF_ERROR(move_vocab_rows(mp, to_gale, "model.embed_tokens.weight", "embedding.word_embeddings.weight", d));
+  for (int64_t i = 0; i < m.model.num_layers; ++i) {
+    GALE_RETURN_IF_ERROR(one(llama_layer(i, "input_layernorm.weight"), gale_layer(i, "input_layernorm.weight"), {d.H}));
+    GALE_RETURN_IF_ERROR(move_fused_qkv(mp, to_gale, llama_layer(i, "self_attn.W_pack.weight"),
+                                        gale_layer(i, "self_attention.linear_qkv.weight"), d, /*bias=*/false));
+    GALE_RETURN_IF_ERROR(one(llama_layer(i, "self_attn.o_proj.weight"), gale_layer(i, "self_attention.linear_proj.weight"),
+                             {d.H, d.NH * d.HD}));
+    GALE_RETURN_IF_ERROR(
+        one(llama_layer(i, "post_attention_layernorm.weight"), gale_layer(i, "pre_mlp_layernorm.weight"), {d.H}));
+    if (to_gale) {
+      GALE_RETURN_IF_ERROR(swiglu_mlp_to_gale(llama_layer(i, "mlp."), gale_layer(i, "mlp."), d.F, d.H, mp));
+    } else {
+      GALE_RETURN_IF_ERROR(gale_to_swiglu_mlp(gale_layer(i, "mlp."), llama_layer(i, "mlp."), d.F, d.H, mp));
+    }
+  }
+  GALE_RETURN_IF_ERROR(one("model.norm.weight", "decoder.final_layernorm.weight", {d.H}));
+  if (to_gale) {
+    GALE_ASSIGN_OR_RETURN(Tensor head, mp.get("lm_head.weight", {d.V, d.H}));
+    mp.put("output_layer.weight", pad_rows(normalize_rows(head), d.Vp));
+    return Status::Ok();
+  }
+  return move_vocab_rows(mp, to_gale, "lm_head.weight", "output_layer.weight", d);
+}
+
+std::string chatglm_layer(int64_t i, const char* rest) {
+  return "transformer.encoder.layers." + std::to_string(i) + "." + rest;
+}
+
+// ChatGLM3 / GLM-4 both ways: transformer.embedding / encoder.layers / encoder.final_layernorm / output_layer;
+// query_key_value (weight and bias) = [q; k; v] regrouped per group, dense -> linear_proj, dense_h_to_4h =
+// [gate; up] -> linear_fc1 as is, dense_4h_to_h -> linear_fc2. The saved rotary_pos_emb.inv_freq buffer (unread by
+// ChatGLM's forward) is left on the way in and written back as 1 / 10000^(2i / (HD / 2)).
+Status map_chatglm(const HfModel& m, Mapper& mp, bool to_gale) {
+  const Dims d = dims(m);
+  auto one = [&](const std::string& hf, const std::string& gale, const Shape& shape) {
+    return move_tensor(mp, to_gale, hf, gale, shape);
+  };
+  GALE_RETURN_IF_ERROR(move_vocab_rows(mp, to_gale, "transformer.embedding.word_embeddings.weight",
+                                       "embedding.word_embeddings.weight", d));
+  for (int64_t i = 0; i < m.model.num_layers; ++i) {
+    GALE_RETURN_IF_ERROR(one(chatglm_layer(i, "input_layernorm.weight"), gale_layer(i, "input_layernorm.weight"), {d.H}));
+    GALE_RETURN_IF_ERROR(move_fused_qkv(mp, to_gale, chatglm_layer(i, "self_attention.query_key_value.weight"),
+                                        gale_layer(i, "self_attention.linear_qkv.weight"), d, /*bias=*/false));
+    if (m.model.add_qkv_bias)
+      GALE_RETURN_IF_ERROR(move_fused_qkv(mp, to_gale, chatglm_layer(i, "self_attention.query_key_value.bias"),
+                                          gale_layer(i, "self_attention.linear_qkv.bias"), d, /*bias=*/true));
+    GALE_RETURN_IF_ERROR(one(chatglm_layer(i, "self_attention.dense.weight"),
+                             gale_layer(i, "self_attention.linear_proj.weight"), {d.H, d.NH * d.HD}));
+    GALE_RETURN_IF_ERROR(
+        one(chatglm_layer(i, "post_attention_layernorm.weight"), gale_layer(i, "pre_mlp_layernorm.weight"), {d.H}));
+    GALE_RETURN_IF_ERROR(
+        one(chatglm_layer(i, "mlp.dense_h_to_4h.weight"), gale_layer(i, "mlp.linear_fc1.weight"), {2 * d.F, d.H}));
+    GALE_RETURN_IF_ERROR(
+        one(chatglm_layer(i, "mlp.dense_4h_to_h.weight"), gale_layer(i, "mlp.linear_fc2.weight"), {d.H, d.F}));
+  }
+  GALE_RETURN_IF_ERROR(one("transformer.encoder.final_layernorm.weight", "decoder.final_layernorm.weight", {d.H}));
+  GALE_RETURN_IF_ERROR(move_vocab_rows(mp, to_gale, "transformer.output_layer.weight", "output_layer.weight", d));
+  if (!to_gale) {
+    const int64_t rot = d.HD / 2;
+    Tensor inv = Tensor::empty({rot / 2});
+    for (int64_t i = 0; i < rot / 2; ++i)
+      inv.data<float>()[i] = static_cast<float>(1.0 / std::pow(10000.0, static_cast<double>(2 * i) / rot));
+    mp.put("transformer.rotary_pos_emb.inv_freq", inv);
+  }
+  return Status::Ok();
+}
+
 // Gemma-2 both ways: LLaMA's names and q/k/v regrouping with four norms per layer, mapped onto Gale's
 // --post-norm layer by where they act (transformers' Gemma2DecoderLayer): input_layernorm before the
 // attention, post_attention_layernorm on its output (post_attn_norm), pre_feedforward_layernorm before
@@ -1158,6 +1267,8 @@ StatusOr<std::vector<NamedTensor>> gale_tensors_from_hf(const HfModel& m, const 
                        : m.arch == HfArchitecture::kGptOss     ? gpt_oss_to_gale(m, mp)
                        : m.arch == HfArchitecture::kInternLM2  ? map_internlm2(m, mp, /*to_gale=*/true)
                        : m.arch == HfArchitecture::kPhi3       ? map_phi3(m, mp, /*to_gale=*/true)
+                       : m.arch == HfArchitecture::kBaichuan   ? map_baichuan(m, mp, /*to_gale=*/true)
+                       : m.arch == HfArchitecture::kChatGLM    ? map_chatglm(m, mp, /*to_gale=*/true)
                        : m.arch == HfArchitecture::kGemma2 || m.arch == HfArchitecture::kGemma3
                            ? map_gemma2(m, mp, /*to_gale=*/true)
                                                                : llama_to_gale(m, mp));
@@ -1173,6 +1284,8 @@ StatusOr<std::vector<NamedTensor>> hf_tensors_from_gale(const HfModel& m, const 
                        : m.arch == HfArchitecture::kGptOss     ? gale_to_gpt_oss(m, mp)
                        : m.arch == HfArchitecture::kInternLM2  ? map_internlm2(m, mp, /*to_gale=*/false)
                        : m.arch == HfArchitecture::kPhi3       ? map_phi3(m, mp, /*to_gale=*/false)
+                       : m.arch == HfArchitecture::kBaichuan   ? map_baichuan(m, mp, /*to_gale=*/false)
+                       : m.arch == HfArchitecture::kChatGLM    ? map_chatglm(m, mp, /*to_gale=*/false)
                        : m.arch == HfArchitecture::kGemma2 || m.arch == HfArchitecture::kGemma3
                            ? map_gemma2(m, mp, /*to_gale=*/false)
                                                                : gale_to_llama(m, mp));
@@ -1195,6 +1308,7 @@ bool hf_tensor_ignorable(const HfModel& m, const std::string& name) {
     return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
   };
   if (ends_with("rotary_emb.inv_freq")) return true;
+  if (m.arch == HfArchitecture::kChatGLM) return name == "transformer.rotary_pos_emb.inv_freq";
   // DeepSeek's multi-token-prediction layers model.layers.{L + k} left out (--mtp-num-layers below
   // num_nextn_predict_layers).
   if (m.arch == HfArchitecture::kDeepseekV3 && name.rfind("model.layers.", 0) == 0) {

@@ -94,6 +94,17 @@
 //   pre_feedforward_layernorm.weight             -> pre_mlp_layernorm.weight (before the MLP)
 //   post_feedforward_layernorm.weight            -> post_mlp_layernorm.weight (on the MLP output)
 //   self_attn.{q,k}_norm.weight [HD] (Gemma-3)   -> self_attention.{q,k}_layernorm.weight (--qk-layernorm)
+// Baichuan2-7B (both ways; LLaMA's names otherwise):
+//   self_attn.W_pack [q H; k H; v H]             -> self_attention.linear_qkv.weight (regrouped per head)
+//   lm_head (a NormHead) [V, H]                  -> output_layer.weight: each row divided by its L2 norm on the
+//                                                   way in (what Baichuan's forward uses), as is on the way back
+// ChatGLM3 / GLM-4 (both ways):
+//   transformer.embedding.word_embeddings, transformer.encoder.final_layernorm, transformer.output_layer
+//                                                -> embedding.word_embeddings, decoder.final_layernorm, output_layer
+//   transformer.encoder.layers.i.input_layernorm, post_attention_layernorm -> input_layernorm, pre_mlp_layernorm
+//   self_attention.query_key_value.{weight,bias} [q NH·HD; k G·HD; v G·HD] -> linear_qkv (regrouped per group)
+//   self_attention.dense, mlp.dense_h_to_4h [gate; up], mlp.dense_4h_to_h -> linear_proj, linear_fc1, linear_fc2
+//   transformer.rotary_pos_emb.inv_freq (unread by the forward) left out; written back as 1/10000^(2i/(HD/2))
 // HF's q/k rows use the rotate-half RoPE convention, which is Gale's (docs/model.md), so q/k rows
 // are copied without a permutation. GPT-2's Conv1D weights are stored [in, out] and are transposed;
 // c_attn's columns [q | k | v] are regrouped per head.

@@ -19,6 +19,7 @@
 #include "comm/communicator.h"
 #include "train/checkpoint_args.h"
 #include "train/megatron_dist_checkpoint.h"
+#include "train/megatron_gdn_dist.h"
 #include "train/megatron_gdn_names.h"
 #include "train/megatron_mla_names.h"
 #include "train/megatron_moe_names.h"
@@ -357,8 +358,19 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
   std::map<std::pair<int64_t, int64_t>, PyRef> roots;
   std::optional<MegatronOptimizerState> optimizer;
   if (dist) {
-    GALE_ASSIGN_OR_RETURN(MegatronDistState state, read_megatron_dist_state(m.directory, format, with_optimizer));
+    // A Gated DeltaNet model: its optimizer state refused before it is read (below), its sharded in_proj /
+    // conv1d sections joined (train/megatron_gdn_dist.h).
+    std::string args_file;
+    GALE_ASSIGN_OR_RETURN(PyRef dist_args, read_megatron_dist_args(m.directory, format, &args_file));
+    GALE_ASSIGN_OR_RETURN(const std::optional<MegatronGdnSizes> dist_gdn,
+                          megatron_gdn_sizes(args_json(dist_args.get()), args_file + " (args)"));
+    GALE_ASSIGN_OR_RETURN(MegatronDistState state,
+                          read_megatron_dist_state(m.directory, format, with_optimizer && !dist_gdn));
     GALE_RETURN_IF_ERROR(globalize_dist_experts(state, m.directory));
+    if (dist_gdn)
+      for (auto& [k, v] : state.root->entries)
+        if (k->kind == PyValue::kString && k->s == "model" && v->kind == PyValue::kDict)
+          GALE_RETURN_IF_ERROR(join_megatron_gdn_dist_sections(*dist_gdn, *v, m.directory));
     files[{0, 0}] = m.directory;  // named in messages
     roots[{0, 0}] = state.root;
     optimizer = std::move(state.optimizer);
@@ -398,11 +410,10 @@ StatusOr<MegatronCheckpoint> read_megatron_checkpoint(const std::string& load_di
              mla = m.args.value("multi_latent_attention", false);
   // A Gated DeltaNet model: its mixers' sizes (their in_proj / conv1d sections split over TP).
   GALE_ASSIGN_OR_RETURN(const std::optional<MegatronGdnSizes> gdn, megatron_gdn_sizes(m.args, first_path + " (args)"));
-  if (dist) GALE_RETURN_IF_ERROR(refuse_megatron_gdn_dist(gdn, checkpoint_format_name(format), m.directory));
   if (gdn && with_optimizer)
-    return Unimplemented(first_path, ": Megatron's optimizer state of a Gated DeltaNet model in the torch format: not "
-                         "supported yet; pass --no-load-optim (or --finetune) to load the model weights and iteration "
-                         "only");
+    return Unimplemented(first_path, ": Megatron's optimizer state of a Gated DeltaNet model in the ",
+                         checkpoint_format_name(format), " format: not supported yet; pass --no-load-optim (or "
+                         "--finetune) to load the model weights and iteration only");
   // Global layer numbers: chunk-major, then stage, each numbering its layers from 0.
   int64_t offset = 0;
   for (int64_t v = 0; v < m.virtual_chunks; ++v) {

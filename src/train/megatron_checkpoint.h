@@ -23,7 +23,8 @@
 // global expert numbers, expert-parallel rank files mp_rank_TT[_PPP]_EEE merged
 // (train/megatron_moe_names.h). Multi-latent attention layers read and write with
 // train/megatron_mla_names.h's names and TP layouts. Gated DeltaNet (-2) GPT models read and write
-// in the torch format with train/megatron_gdn_names.h's per-section TP layout (torch_dist refused).
+// in the torch format with train/megatron_gdn_names.h's per-section TP layout, and read from torch_dist
+// (train/megatron_gdn_dist.h joins its per-section keys) and TP 1 torch_dcp.
 #pragma once
 
 #include <cstdint>

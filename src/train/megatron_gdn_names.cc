@@ -167,13 +167,4 @@ Status refuse_megatron_variant(const ModelArgs& m, const std::string& where) {
   return refuse_variant_conversion(m, where);
 }
 
-Status refuse_megatron_gdn_dist(const std::optional<MegatronGdnSizes>& s, const std::string& format,
-                                const std::string& where) {
-  if (!s) return Status::Ok();
-  return Unimplemented(where, ": a Gated DeltaNet", s->gdn2 ? "-2" : "", " model in Megatron's ", format,
-                       " format: not supported yet (its sharded in_proj.weight.query, .key, ... and conv1d.weight "
-                       "sections are not read); save it in Megatron with --ckpt-format torch, which Gale reads at "
-                       "any tensor-parallel size");
-}
-
 }  // namespace gale

@@ -10,7 +10,8 @@
 // its sections split on its own, so TP rank r's in_proj.weight is the row concatenation
 // [q_r | k_r | v_r | z_r | β_r | α_r] (GDN2: [q_r | k_r | v_r | z_r | f_r | b_r | w_r]) of rank r's
 // 1/TP of each section, and the whole tensor is [q | k | v | z | β | α] (Gale's layout,
-// model/gated_delta_net.h; torch_dist saves the sections as separate keys in_proj.weight.query, ...);
+// model/gated_delta_net.h; torch_dist saves the sections as separate keys in_proj.weight.query, ...:
+// train/megatron_gdn_dist.h joins them);
 // conv1d.weight splits q | k | v the same way; dt_bias and A_log are split contiguously (partition_dim
 // 0: value heads, or GDN2's key channels / key heads); out_proj is row-parallel (columns); out_norm and
 // the fused norms are replicated. Gale's conv1d.weight is [C, K] (Megatron's without its unit dimension).
@@ -81,10 +82,5 @@ void megatron_gdn_args(const ModelArgs& m, PyValue& ns);
 // DeltaNet (-2) GPT model, which Megatron's torch format reads and writes; its refusals otherwise
 // (a hybrid model's 'G' layers, DeepSeek sparse attention).
 Status refuse_megatron_variant(const ModelArgs& m, const std::string& where);
-
-// Unimplemented naming `where` when a GDN model's checkpoint is read from torch_dist / torch_dcp
-// (Megatron's sharded in_proj.weight.query / ... keys: not read yet; the torch format is).
-Status refuse_megatron_gdn_dist(const std::optional<MegatronGdnSizes>& s, const std::string& format,
-                                const std::string& where);
 
 }  // namespace gale

@@ -4,8 +4,10 @@
 #include <cstdio>
 
 #include "core/allocator.h"
+#include "core/log.h"
 #include "core/status.h"
 #include "train/engine.h"
+#include "train/theoretical_memory.h"
 
 namespace gale {
 
@@ -41,6 +43,19 @@ std::string format_memory_report(int rank, int64_t iteration, const AllocatorCou
                 static_cast<double>(c.max_allocated) / kMegabyte, static_cast<double>(c.reserved) / kMegabyte,
                 static_cast<double>(c.max_reserved) / kMegabyte);
   return buf;
+}
+
+Status MemoryReporter::after_log_line(int64_t iteration, int world_rank, int dp_rank, int64_t num_microbatches) {
+  const int64_t every = args_.logging.log_memory_interval;
+  const bool interval = every != kUnset && iteration % every == 0;
+  if (!report_memory_flag_ && !interval) return Status::Ok();
+  if (report_memory_flag_ && world_rank == 0) {
+    GALE_ASSIGN_OR_RETURN(TheoreticalMemory theory, theoretical_memory(args_, num_microbatches));
+    for (const std::string& line : theory.lines) print_here(line);
+  }
+  if (dp_rank == 0) print_here(format_memory_report(world_rank, iteration, host_allocator_counters()));
+  if (report_memory_flag_ && iteration > loaded_iteration_ + 1) report_memory_flag_ = false;
+  return Status::Ok();
 }
 
 }  // namespace gale

@@ -10,8 +10,11 @@
 #include <cstdint>
 #include <string>
 
+#include "core/status.h"
+
 namespace gale {
 
+struct Arguments;
 struct Engine;
 
 struct RankMemory {
@@ -40,5 +43,26 @@ struct AllocatorCounters {
 };
 AllocatorCounters host_allocator_counters();
 std::string format_memory_report(int rank, int64_t iteration, const AllocatorCounters& c);
+
+// When Megatron's training_log prints the memory report, for the trainer and the GRPO loop alike:
+// after a log line, rank 0 prints the theoretical footprint (train/theoretical_memory.h) and every
+// data-parallel rank 0 its report line while Megatron's report_memory_flag holds (up to the first
+// log line after the run's first trained iteration, so that it includes the optimizer state), and
+// the line again at every --log-memory-interval iteration.
+class MemoryReporter {
+ public:
+  // `args` validated and outliving the reporter; `loaded_iteration` the iteration the run starts at.
+  MemoryReporter(const Arguments& args, int64_t loaded_iteration)
+      : args_(args), loaded_iteration_(loaded_iteration) {}
+
+  // Call right after the log line of `iteration`; `num_microbatches` the iteration's (Megatron's
+  // get_num_microbatches()).
+  Status after_log_line(int64_t iteration, int world_rank, int dp_rank, int64_t num_microbatches);
+
+ private:
+  const Arguments& args_;
+  const int64_t loaded_iteration_;
+  bool report_memory_flag_ = true;
+};
 
 }  // namespace gale

@@ -32,7 +32,6 @@
 #include "train/param_hash.h"
 #include "train/phase_transitions.h"
 #include "train/straggler_detector.h"
-#include "train/theoretical_memory.h"
 #include "train/timers_log.h"
 #include "train/total_loss_dict.h"
 
@@ -694,26 +693,7 @@ Status Trainer::run() {
   double flops_since_last_log = 0.0;  // Megatron's num_floating_point_operations_since_last_log_event
   bool saved_at_last_iteration = false, exit_for_duration = false, skipped_at_save_interval = false;
   int64_t last_global_batch_size = calculator_.global_batch_size(state_.consumed_train_samples);
-  // Megatron's report_memory_flag: the memory report follows the log lines up to the first one
-  // after the run's first trained iteration (so it includes the optimizer state).
-  bool report_memory_flag = true;
-  const int64_t loaded_iteration = state_.iteration;
-  // After a log line (Megatron's training_log): rank 0 prints the theoretical footprint
-  // (train/theoretical_memory.h) and every data-parallel rank 0 its report line while the flag
-  // holds, and at every --log-memory-interval iteration.
-  auto report_memory = [&]() -> Status {
-    const int64_t it = state_.iteration;
-    const bool interval = l.log_memory_interval != kUnset && it % l.log_memory_interval == 0;
-    if (!report_memory_flag && !interval) return Status::Ok();
-    if (report_memory_flag && engine_->ps.world()->rank() == 0) {
-      GALE_ASSIGN_OR_RETURN(TheoreticalMemory theory, theoretical_memory(args_, num_microbatches_));
-      for (const std::string& line : theory.lines) print_here(line);
-    }
-    if (engine_->ps.coords().dp == 0)
-      print_here(format_memory_report(engine_->ps.world()->rank(), it, host_allocator_counters()));
-    if (report_memory_flag && it > loaded_iteration + 1) report_memory_flag = false;
-    return Status::Ok();
-  };
+  MemoryReporter memory_reporter(args_, state_.iteration);  // train/memory_report.h
   // Megatron's calculator says when it rounds a global batch size down (at start-up and at each
   // ramp-up step).
   auto say_if_decreased = [&](int64_t global) {
@@ -938,7 +918,8 @@ Status Trainer::run() {
       GALE_RETURN_IF_ERROR(flush_tensorboard());
       if (profiler_) GALE_RETURN_IF_ERROR(profiler_->at_log(state_.iteration));
       print_rank_last(format_training_log_line(f));
-      GALE_RETURN_IF_ERROR(report_memory());
+      GALE_RETURN_IF_ERROR(memory_reporter.after_log_line(state_.iteration, engine_->ps.world()->rank(),
+                                                          engine_->ps.coords().dp, num_microbatches_));
       if (engine_->timers) print_timers(*engine_->timers, timer_times, static_cast<double>(l.log_interval));
       if (straggler_)
         for (const std::string& line : straggler_->report(flops_since_last_log, l.log_interval)) print_rank0(line);

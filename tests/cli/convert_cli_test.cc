@@ -124,7 +124,7 @@ TEST(GaleConvert, GenerateFromTheConvertedCheckpointMatchesTransformersGreedy) {
   TempDir tmp;
   for (const char* name :
        {"gpt2", "bloom", "llama", "mixtral", "qwen2_moe", "deepseek_v3", "qwen3", "mistral_swa", "qwen3_moe",
-        "qwen3_next", "gpt_oss", "internlm2", "phi3"}) {
+        "qwen3_next", "gpt_oss", "internlm2", "phi3", "baichuan2", "chatglm3"}) {
     const std::string out = tmp.file(name);
     test::RunResult r = convert_to_gale(fixture(name), out);
     ASSERT_EQ(r.exit_code, 0) << r.output;

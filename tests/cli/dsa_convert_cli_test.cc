@@ -82,5 +82,27 @@ TEST(GaleConvertDsa, ConvertedDeepseekV32GeneratesTheReferenceGreedyTokens) {
   std::filesystem::remove_all(dir);
 }
 
+// Megatron's torch_dist of the fixture saved at TP 2 (tests/data/megatron/dsa/torch_dist_tp2,
+// tools/reference/megatron_gdn_dsa_torch_dist_reference.py): `gale generate --load` on it gives the reference's
+// greedy tokens, and `gale convert` mg -> hf writes the files the torch-format TP 2 files give, byte for byte.
+TEST(GaleConvertDsa, MegatronTorchDistGeneratesAndConvertsAsTheTorchFormat) {
+  const std::string megatron = std::string(GALE_TEST_DATA_DIR) + "/megatron/dsa/";
+  const std::string dir = "/tmp/gale_dsa_torch_dist_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  test::RunResult r = generate(megatron + "torch_dist_tp2", {"--prompt", kPrompt});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(std::string(kPrompt) + " " + kGreedy + "\n"), std::string::npos) << r.output;
+  for (const char* layout : {"tp2", "torch_dist_tp2"}) {
+    r = gale({"convert", "--load-model-type", "mg", "--save-model-type", "hf", "--load-dir", megatron + layout,
+              "--save-dir", dir + "/" + layout});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  const std::string a = slurp(dir + "/tp2/model.safetensors");
+  EXPECT_FALSE(a.empty());
+  EXPECT_TRUE(a == slurp(dir + "/torch_dist_tp2/model.safetensors"));
+  EXPECT_EQ(slurp(dir + "/tp2/config.json"), slurp(dir + "/torch_dist_tp2/config.json"));
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace gale

@@ -108,7 +108,7 @@ TEST(GalePretrainGrpo, TrainsDeterministically) {
   const std::string env = write_env(dir);
   const test::RunResult a = gale(rl(env, {}));
   ASSERT_EQ(a.exit_code, 0) << a.output;
-  const test::RunResult b = gale(rl(env, {}));
+  const test::RunResult b = gale(rl(env, {"--log-memory-interval", "3"}));  // the same training
   ASSERT_EQ(b.exit_code, 0) << b.output;
   // 2 prompts x 4 completions = 2 global batches of 4, 2 passes: a collection every 4 iterations.
   const std::vector<std::string> collections = lines_with(a.output, "> GRPO collection");
@@ -142,6 +142,29 @@ TEST(GalePretrainGrpo, TrainsDeterministically) {
   EXPECT_NE(log[1].find("rl/kl_term: "), std::string::npos) << log[1];
   EXPECT_EQ(log[1].find("rl/pi_over_pi_old: 1.000000E+00 |"), std::string::npos) << log[1];
   EXPECT_NE(log[3].find("rl/truncated_from_"), std::string::npos) << log[3];
+  // Megatron's memory report (train/memory_report.h) after the log lines, as the trainer's: the
+  // footprint and the line after iterations 1 and 2 (report_memory_flag), then the line at every
+  // --log-memory-interval 3 iteration.
+  for (const test::RunResult* r : {&a, &b}) {
+    std::vector<size_t> at;
+    for (size_t p = r->output.find("\n[Rank 0] (after "); p != std::string::npos;
+         p = r->output.find("\n[Rank 0] (after ", p + 1))
+      at.push_back(p);
+    const std::vector<const char*> expected =
+        r == &a ? std::vector<const char*>{"1", "2"} : std::vector<const char*>{"1", "2", "3", "6"};
+    ASSERT_EQ(at.size(), expected.size()) << r->output;
+    for (size_t i = 0; i < at.size(); ++i) {
+      const std::string it = expected[i];
+      const std::string line = "\n[Rank 0] (after " + it + " iterations) memory (MB) | allocated: ";
+      EXPECT_EQ(r->output.compare(at[i], line.size(), line), 0) << r->output.substr(at[i], 80);
+      EXPECT_LT(r->output.find("] iteration        " + it + "/       6 |"), at[i]);
+    }
+    const size_t footprint = r->output.find("Theoretical memory footprints: weight and optimizer=");
+    ASSERT_NE(footprint, std::string::npos) << r->output;
+    EXPECT_NE(r->output.find("Theoretical memory footprints: ", footprint + 1), std::string::npos);
+    EXPECT_EQ(r->output.find("Theoretical memory footprints: ", r->output.find("] iteration        3/")),
+              std::string::npos);
+  }
 }
 
 TEST(GalePretrainGrpo, GroupFilterAndExactMatch) {

@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <span>
+#include <sstream>
 
 #include "ckpt/temp_dir.h"
 #include "cli/log_line.h"
@@ -23,6 +25,13 @@ namespace {
 using testing_util::TempDir;
 
 std::string megatron(const std::string& name) { return std::string(GALE_TEST_DATA_DIR) + "/megatron/" + name; }
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 
 void write_dataset(const std::string& prefix) {
   auto w = IndexedDatasetWriter::create(prefix, TokenDType::kUInt16).value();
@@ -79,6 +88,51 @@ TEST(MegatronGdnCli, EveryLayoutTrainsAsTp1) {
   expect_same(losses(tmp, "gdn2", megatron("gdn2/tp2"), 2), base2, "gdn2 tp2 files at TP 2");
 }
 
+// Megatron's torch_dist at TP 1 and TP 2 (tools/reference/megatron_gdn_dsa_torch_dist_reference.py) and torch_dcp at
+// TP 1: loaded at Gale's TP 1 (TP 2 resharded to TP 1), TP 2 and PP 2, they train as the torch format's TP 1 files do.
+TEST(MegatronGdnCli, TorchDistAndDcpTrainAsTp1) {
+  TempDir tmp;
+  write_dataset(tmp.file("data_text_document"));
+  const std::vector<double> base = losses(tmp, "gdn", megatron("gdn/tp1"), 1);
+  ASSERT_EQ(base.size(), 3u);
+  expect_same(losses(tmp, "gdn", megatron("gdn/torch_dist_tp1"), 1), base, "torch_dist_tp1 at TP 1");
+  expect_same(losses(tmp, "gdn", megatron("gdn/torch_dist_tp2"), 1), base, "torch_dist_tp2 at TP 1");
+  expect_same(losses(tmp, "gdn", megatron("gdn/torch_dist_tp2"), 2), base, "torch_dist_tp2 at TP 2");
+  expect_same(losses(tmp, "gdn", megatron("gdn/torch_dist_tp2"), 2, "--pipeline-model-parallel-size"), base,
+              "torch_dist_tp2 at PP 2");
+  expect_same(losses(tmp, "gdn", megatron("gdn/torch_dcp_tp1"), 1), base, "torch_dcp_tp1 at TP 1");
+  const std::vector<double> base2 = losses(tmp, "gdn2", megatron("gdn2/tp1"), 1);
+  expect_same(losses(tmp, "gdn2", megatron("gdn2/torch_dist_tp2"), 2), base2, "gdn2 torch_dist_tp2 at TP 2");
+}
+
+// `gale convert` from torch_dist (TP 2) to Gale and on to Megatron's torch format at TP 2 writes the same rank
+// files, byte for byte, as the same conversion from the torch-format TP 2 files.
+TEST(MegatronGdnCli, ConvertFromTorchDistWritesWhatTheTorchFormatWrites) {
+  TempDir tmp;
+  for (const char* variant : {"gdn", "gdn2"}) {
+    for (const char* layout : {"tp2", "torch_dist_tp2"}) {
+      const std::string gale = tmp.file(str_cat(variant, "_", layout, "_gale")), mg = tmp.file(str_cat(variant, "_", layout, "_mg"));
+      test::RunResult a = test::run_with_timeout({GALE_BINARY, "convert", "--load-model-type", "mg", "--save-model-type",
+                                                  "gale", "--load-dir", megatron(str_cat(variant, "/", layout)),
+                                                  "--save-dir", gale},
+                                                 {}, 120);
+      ASSERT_EQ(a.exit_code, 0) << a.output;
+      test::RunResult b = test::run_with_timeout({GALE_BINARY, "convert", "--load-model-type", "gale",
+                                                  "--save-model-type", "mg", "--load-dir", gale, "--save-dir", mg,
+                                                  "--target-tensor-parallel-size", "2"},
+                                                 {}, 120);
+      ASSERT_EQ(b.exit_code, 0) << b.output;
+    }
+    for (const char* rank : {"mp_rank_00", "mp_rank_01"}) {
+      const std::string f = str_cat("/iter_0000007/", rank, "/model_optim_rng.pt");
+      const std::string x = read_file(tmp.file(str_cat(variant, "_tp2_mg") + f)),
+                        y = read_file(tmp.file(str_cat(variant, "_torch_dist_tp2_mg") + f));
+      EXPECT_FALSE(x.empty()) << variant << " " << rank;
+      EXPECT_TRUE(x == y) << variant << " " << rank;
+    }
+  }
+}
+
 // Megatron -> Gale -> Megatron (TP 2) with `gale convert`: the result loads and trains as the fixture.
 TEST(MegatronGdnCli, ConvertRoundTripTrainsTheSame) {
   TempDir tmp;
@@ -98,12 +152,13 @@ TEST(MegatronGdnCli, ConvertRoundTripTrainsTheSame) {
 
 // `gale generate --load <Megatron GDN checkpoint> --use-checkpoint-args`: the first token is the argmax
 // of gdn_reference.json's last logits over the real vocabulary (41 for gdn, 48 for gdn2), and every
-// layout decodes the same text.
+// layout (torch, torch_dist, torch_dcp) decodes the same text.
 TEST(MegatronGdnCli, GenerateFromEveryLayoutDecodesTheReferenceToken) {
   for (const auto& [variant, first] : {std::pair{"gdn", "41"}, std::pair{"gdn2", "48"}}) {
     std::string text;
-    for (const char* layout : {"tp1", "tp2", "tp2pp2"}) {
-      if (std::string(variant) == "gdn2" && std::string(layout) == "tp2pp2") continue;
+    for (const char* layout : {"tp1", "tp2", "tp2pp2", "torch_dist_tp1", "torch_dist_tp2", "torch_dcp_tp1"}) {
+      if (std::string(variant) == "gdn2" && (std::string(layout) == "tp2pp2" || std::string(layout) == "torch_dcp_tp1"))
+        continue;
       const std::string dir = megatron(str_cat(variant, "/", layout));
       test::RunResult r = test::run_with_timeout({GALE_BINARY, "generate", "--load", dir, "--use-checkpoint-args",
                                                   "--tokenizer-type", "NullTokenizer", "--vocab-size", "49", "--prompt",

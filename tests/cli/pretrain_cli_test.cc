@@ -193,7 +193,8 @@ TEST(GalePretrain, ErrorsAreOneLineWithExitCode2) {
        "size 1"},
       {{"--fp16", "--bf16"}, "gale pretrain: error: --fp16 and --bf16 are exclusive: give one of them"},
       {{"--use-checkpoint-args"}, "gale pretrain: error: --use-checkpoint-args requires --load argument"},
-      {{"--use-fused-swiglu"}, "gale pretrain: error: --use-fused-swiglu requires --swiglu"},
+      {{"--use-fused-swiglu"},
+       "gale pretrain: error: --use-fused-swiglu requires --swiglu (or GeGLU: --geglu, --gelu-tanh)"},
       {{"--tensor-model-parallel-size", "2"},
        "gale pretrain: error: world size 1 is not divisible by --tensor-model-parallel-size 2 x "
        "--pipeline-model-parallel-size 1 x --context-parallel-size 1 = 2"},

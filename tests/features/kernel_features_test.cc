@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "features/resolved_features.h"
+#include "kernels/cpu/fused_geglu.h"
 #include "kernels/cpu/fused_ops.h"
 #include "subprocess.h"
 
@@ -83,6 +84,25 @@ TEST(KernelFeatures, OpenaiGeluHasOnlyTheReferenceKernel) {
   EXPECT_FALSE(r.registry->active("bias-gelu-fusion"));
 }
 
+// GeGLU (MindSpeed-LLM's --geglu / --gelu-tanh): the fused kernels come with --use-fused-swiglu at level 2
+// (op group "geglu", resolved by geglu_kernels); bias-gelu-fusion does not apply; level 1 keeps the reference.
+TEST(KernelFeatures, GegluIsFusedByUseFusedSwiglu) {
+  for (const char* form : {"--geglu", "--gelu-tanh"}) {
+    SCOPED_TRACE(form);
+    ResolvedFeatures r({form, "--use-fused-swiglu"});
+    ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+    EXPECT_TRUE(r.registry->active("use-fused-swiglu"));
+    EXPECT_FALSE(r.registry->active("bias-gelu-fusion"));
+    EXPECT_EQ(r.impl("geglu"), fused_kernel_name("geglu", detected_isa()));
+    EXPECT_EQ(geglu_kernels(r.ops).forward, fused_geglu_kernels(detected_isa())->forward);
+    EXPECT_EQ(geglu_kernels(r.ops).backward, fused_geglu_kernels(detected_isa())->backward);
+    ResolvedFeatures plain({form, "--optimization-level", "1"});
+    ASSERT_TRUE(plain.status.ok());
+    EXPECT_EQ(plain.impl("geglu"), "reference");
+    EXPECT_EQ(geglu_kernels(plain.ops).forward, &geglu_forward_ref);
+  }
+}
+
 TEST(KernelFeatures, SquaredReluHasOnlyTheReferenceKernel) {
   ResolvedFeatures r({"--squared-relu"});
   ASSERT_TRUE(r.status.ok());
@@ -113,7 +133,8 @@ TEST(KernelFeatures, PartitionedGemmSwitchOff) {
 }
 
 TEST(KernelFeatures, RequirementsNameBothFlags) {
-  EXPECT_EQ(ResolvedFeatures({"--use-fused-swiglu"}).status.message(), "--use-fused-swiglu requires --swiglu");
+  EXPECT_EQ(ResolvedFeatures({"--use-fused-swiglu"}).status.message(),
+            "--use-fused-swiglu requires --swiglu (or GeGLU: --geglu, --gelu-tanh)");
   EXPECT_EQ(ResolvedFeatures({"--use-fused-rmsnorm"}).status.message(), "--use-fused-rmsnorm requires --normalization RMSNorm");
   EXPECT_EQ(ResolvedFeatures({"--use-fused-rotary-pos-emb"}).status.message(),
             "--use-fused-rotary-pos-emb requires --position-embedding-type rope or yarn");

@@ -80,6 +80,31 @@ TEST(MegatronDsaCheckpoint, Tp1AndTp2ReadIntoGalesNamesAndReproduceTheReference)
   EXPECT_LT(max_logit_diff(*build_model(*b)->model, g), 1e-4);
 }
 
+// Megatron's torch_dist of the same model saved at TP 1 and TP 2 (tools/reference/
+// megatron_gdn_dsa_torch_dist_reference.py): the layers stacked along num_layers, the indexer's and the down
+// projections' duplicated linears one replicated key each
+// (decoder.layers.self_attention.core_attention.indexer.linear_wq_b.weight [L, NI*DI, Cq], ...), the up projections
+// split by rows. Both read into the torch format's TP 1 tensors bit for bit and reproduce the reference.
+TEST(MegatronDsaCheckpoint, TorchDistAtTp1AndTp2ReadsIntoTheTp1Tensors) {
+  auto a = read_megatron_checkpoint(dsa("tp1"));
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  const Golden g = read_golden();
+  for (const char* layout : {"torch_dist_tp1", "torch_dist_tp2"}) {
+    auto b = read_megatron_checkpoint(dsa(layout));
+    ASSERT_TRUE(b.ok()) << layout << ": " << b.status().message();
+    EXPECT_EQ(b->format, CheckpointFormat::kMegatronTorchDist);
+    EXPECT_EQ(b->tensor_parallel, std::string(layout) == "torch_dist_tp2" ? 2 : 1);
+    EXPECT_EQ(b->model.experimental_attention_variant, "dsa");
+    EXPECT_EQ(b->model.dsa_indexer_topk, 5);
+    ASSERT_EQ(a->tensors.size(), b->tensors.size()) << layout;
+    for (const auto& [name, t] : a->tensors) {
+      ASSERT_TRUE(b->tensors.count(name)) << layout << " " << name;
+      EXPECT_TRUE(same_tensor(t, b->tensors.at(name))) << layout << " " << name;
+    }
+    EXPECT_LT(max_logit_diff(*build_model(*b)->model, g), 1e-4) << layout;
+  }
+}
+
 TEST(MegatronDsaCheckpoint, WritesMegatronMainsTp2FilesAndReadsThemBack) {
   TempDir tmp;
   auto m = read_megatron_checkpoint(dsa("tp1"));

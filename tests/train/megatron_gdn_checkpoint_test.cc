@@ -20,6 +20,7 @@
 #include "ckpt/torch_file.h"
 #include "train/megatron_checkpoint.h"
 #include "train/megatron_fixture.h"
+#include "train/megatron_gdn_dist.h"
 #include "train/megatron_gdn_names.h"
 
 namespace gale {
@@ -42,6 +43,12 @@ class GdnCheckpoint : public ::testing::TestWithParam<const char*> {
   bool gdn2() const { return std::string(GetParam()) == "gdn2"; }
   std::vector<std::string> layouts() const {
     return gdn2() ? std::vector<std::string>{"tp2"} : std::vector<std::string>{"tp2", "tp2pp2"};
+  }
+  // Megatron's torch_dist at TP 1 and 2 (and, for gdn, torch_dcp at TP 1) of the same weights
+  // (tools/reference/megatron_gdn_dsa_torch_dist_reference.py).
+  std::vector<std::string> dist_layouts() const {
+    if (gdn2()) return {"torch_dist_tp1", "torch_dist_tp2"};
+    return {"torch_dist_tp1", "torch_dist_tp2", "torch_dcp_tp1"};
   }
 };
 
@@ -90,6 +97,27 @@ TEST_P(GdnCheckpoint, Tp2AndPp2MergeIntoTheTp1Tensors) {
     auto b = read_megatron_checkpoint(dir(layout));
     ASSERT_TRUE(b.ok()) << layout << ": " << b.status().message();
     EXPECT_EQ(b->tensor_parallel, 2) << layout;
+    ASSERT_EQ(a->tensors.size(), b->tensors.size()) << layout;
+    for (const auto& [name, t] : a->tensors) {
+      ASSERT_TRUE(b->tensors.count(name)) << layout << " " << name;
+      EXPECT_TRUE(same_tensor(t, b->tensors.at(name))) << layout << " " << name;
+    }
+  }
+}
+
+// torch_dist's in_proj.weight.<section> / conv1d.weight.<section> keys (and torch_dcp's TP 1 state dict) read into
+// the torch format's TP 1 tensors bit for bit; the saving layout's TP size is recorded.
+TEST_P(GdnCheckpoint, TorchDistSectionsJoinIntoTheTp1Tensors) {
+  auto a = read_megatron_checkpoint(dir("tp1"));
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  for (const std::string& layout : dist_layouts()) {
+    auto b = read_megatron_checkpoint(dir(layout));
+    ASSERT_TRUE(b.ok()) << layout << ": " << b.status().message();
+    EXPECT_EQ(b->format, layout.rfind("torch_dist", 0) == 0 ? CheckpointFormat::kMegatronTorchDist
+                                                            : CheckpointFormat::kMegatronTorchDcp);
+    EXPECT_EQ(b->tensor_parallel, layout.back() - '0') << layout;
+    EXPECT_EQ(b->iteration, 7);
+    EXPECT_EQ(b->model.linear_attention_pattern, (std::vector<int>{1, 1, 1, 0}));
     ASSERT_EQ(a->tensors.size(), b->tensors.size()) << layout;
     for (const auto& [name, t] : a->tensors) {
       ASSERT_TRUE(b->tensors.count(name)) << layout << " " << name;
@@ -160,6 +188,7 @@ TEST_P(GdnCheckpoint, EveryLayoutReproducesTheReferenceLogits) {
   ref.losses = j["losses"].get<std::vector<double>>();
   std::vector<std::string> all = layouts();
   all.insert(all.begin(), "tp1");
+  for (const std::string& d : dist_layouts()) all.push_back(d);
   for (const std::string& layout : all) {
     auto m = read_megatron_checkpoint(dir(layout));
     ASSERT_TRUE(m.ok()) << m.status().message();
@@ -222,14 +251,72 @@ TEST(MegatronGdnCheckpoint, Refusals) {
   Status s = write_fixture_as_megatron(*tp1, o);
   EXPECT_EQ(s.message(), "--target-tensor-parallel-size 4: expected it to divide the Gated DeltaNet key heads (2) and "
                          "value heads (4)");
-  // torch_dist: refused with the way out.
-  s = refuse_megatron_gdn_dist(MegatronGdnSizes{2, 4, 4, 4, 4, false}, "torch_dist", "ckpt/iter_0000007");
-  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
-  EXPECT_NE(s.message().find("ckpt/iter_0000007: a Gated DeltaNet model in Megatron's torch_dist format: not "
-                             "supported yet"),
+}
+
+// torch_dist's sections joined on their own (train/megatron_gdn_dist.h): Megatron's order whatever the dict's, and
+// the refusals of sections that do not fit the args.
+TEST(MegatronGdnCheckpoint, DistSectionsJoinInMegatronsOrderAndRefuseMisfits) {
+  const MegatronGdnSizes s{2, 4, 4, 4, 4, false};  // sections q 8, k 8, v 16, z 16, beta 4, alpha 4
+  const std::string base = "decoder.layers.0.self_attention.in_proj.weight";
+  auto sections = [&](const std::vector<std::string>& names, const std::vector<int64_t>& rows) {
+    PyRef d = PyValue::dict();
+    d->set("decoder.layers.0.self_attention.dt_bias", PyValue::tensor(Tensor::empty({4}, DType::kF32)));
+    float next = 0;
+    for (size_t i = names.size(); i-- > 0;) {  // reversed: the join must not follow the dict's order
+      Tensor t = Tensor::empty({rows[i], 2}, DType::kF32);
+      for (int64_t e = 0; e < t.numel(); ++e) t.data<float>()[e] = 1000.f * static_cast<float>(i) + next++;
+      d->set(base + "." + names[i], PyValue::tensor(t));
+    }
+    return d;
+  };
+  const std::vector<std::string> names = megatron_gdn_in_proj_section_names(false);
+  EXPECT_EQ(names, (std::vector<std::string>{"query", "key", "value", "z", "beta", "alpha"}));
+  EXPECT_EQ(megatron_gdn_in_proj_section_names(true),
+            (std::vector<std::string>{"query", "key", "value", "z", "f", "b", "w"}));
+  PyRef d = sections(names, s.in_proj_sections());
+  ASSERT_TRUE(join_megatron_gdn_dist_sections(s, *d, "ckpt").ok());
+  ASSERT_NE(d->get(base), nullptr);
+  EXPECT_EQ(d->get(base + ".query"), nullptr);
+  EXPECT_NE(d->get("decoder.layers.0.self_attention.dt_bias"), nullptr);
+  const Tensor& w = d->get(base)->data;
+  ASSERT_EQ(w.shape(), (Shape{56, 2}));
+  int64_t row = 0;
+  for (size_t i = 0; i < names.size(); ++i) {  // section i's rows hold 1000 * i + ...
+    for (int64_t r = 0; r < s.in_proj_sections()[i]; ++r, ++row)
+      EXPECT_EQ(static_cast<int64_t>(w.data<float>()[row * 2] / 1000.f), static_cast<int64_t>(i)) << row;
+  }
+  // A section missing, one of the wrong size, GDN2's sections under GDN args, sections beside the whole tensor.
+  d = sections({"query", "key", "value", "z", "beta"}, {8, 8, 16, 16, 4});
+  Status st = join_megatron_gdn_dist_sections(s, *d, "ckpt");
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
+  EXPECT_NE(st.message().find("ckpt: tensor '" + base + ".alpha' missing"), std::string::npos) << st.message();
+  d = sections(names, {8, 8, 16, 16, 4, 8});
+  st = join_megatron_gdn_dist_sections(s, *d, "ckpt");
+  EXPECT_NE(st.message().find(base + ".alpha' of shape [8, 2]: expected 4 rows (the args' Gated DeltaNet sizes), "
+                                     "found 8"),
             std::string::npos)
-      << s.message();
-  EXPECT_TRUE(refuse_megatron_gdn_dist(std::nullopt, "torch_dist", "x").ok());
+      << st.message();
+  d = sections(megatron_gdn_in_proj_section_names(true), {8, 8, 16, 16, 8, 8, 16});
+  st = join_megatron_gdn_dist_sections(s, *d, "ckpt");
+  EXPECT_NE(st.message().find("not a section of a Gated DeltaNet model's in_proj (expected query, key, value, z, "
+                              "beta, alpha)"),
+            std::string::npos)
+      << st.message();
+  d = sections(names, s.in_proj_sections());
+  d->set(base, PyValue::tensor(Tensor::empty({56, 2}, DType::kF32)));
+  st = join_megatron_gdn_dist_sections(s, *d, "ckpt");
+  EXPECT_NE(st.message().find("expected one or the other"), std::string::npos) << st.message();
+}
+
+// Megatron's optimizer state of a GDN model in torch_dist: refused naming --no-load-optim, as the torch format's.
+TEST(MegatronGdnCheckpoint, TorchDistOptimizerStateRefused) {
+  auto m = read_megatron_checkpoint(fixture("gdn/torch_dist_tp2"), kUnset, /*with_optimizer=*/true);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(m.status().message().find("optimizer state of a Gated DeltaNet model in the torch_dist format: not "
+                                      "supported yet; pass --no-load-optim (or --finetune)"),
+            std::string::npos)
+      << m.status().message();
 }
 
 // The split on its own: GDN2's seven sections, cut and merged back, TP 2.

@@ -30,8 +30,9 @@ FusedKernelSet build_set(Isa isa) {
   return s;
 }
 
-const char* const kOps[] = {"gemm", "norm",      "bias_dropout_add", "bias_dropout_add_norm", "gelu", "swiglu",
-                            "rope", "attention", "embedding",        "lm_head_loss",          "adamw"};
+const char* const kOps[] = {"gemm",      "norm",      "bias_dropout_add", "bias_dropout_add_norm",
+                            "gelu",      "swiglu",    "geglu",            "rope",
+                            "attention", "embedding", "lm_head_loss",     "adamw"};
 
 bool known_op(const std::string& op) {
   for (const char* name : kOps)
@@ -105,6 +106,8 @@ Status install_fused_kernel(OpTable& table, const std::string& op, Isa max_isa) 
     table.swiglu_backward = s.swiglu_backward;
     table.glu_forward = s.glu_forward;  // clamped / offset SwiGLU
     table.glu_backward = s.glu_backward;
+  } else if (op == "geglu") {
+    // No OpTable entries: the model resolves impl["geglu"] with geglu_kernels() (kernels/cpu/fused_geglu.h).
   } else if (op == "rope") {
     table.rope_forward = s.rope_forward;
     table.rope_backward = s.rope_backward;

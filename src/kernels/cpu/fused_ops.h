@@ -22,8 +22,9 @@
 namespace gale {
 
 // The op groups, in OpTable::impl's spelling: gemm, norm, bias_dropout_add, bias_dropout_add_norm,
-// gelu, swiglu, rope, attention, embedding, lm_head_loss, adamw. "gemm" is not ISA code: it installs
-// sgemm_partitioned (kernels/cpu/gemm.h) and names it "partitioned".
+// gelu, swiglu, geglu, rope, attention, embedding, lm_head_loss, adamw. "gemm" is not ISA code: it installs
+// sgemm_partitioned (kernels/cpu/gemm.h) and names it "partitioned". "geglu" only names its build in
+// table.impl (the model looks the kernels up by that name: kernels/cpu/fused_geglu.h).
 std::vector<std::string> fused_kernel_ops();
 
 // The build `op` would get under `max_isa`: min(max_isa, detected_isa()). Error for an unknown op.

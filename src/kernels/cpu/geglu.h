@@ -1,4 +1,5 @@
 // GeGLU, the gated MLP activation of MindSpeed-LLM's --geglu / --gelu-tanh (Gemma): reference kernels (level 0).
+// The fused builds (level 2, --use-fused-swiglu) are in kernels/cpu/fused_geglu.h.
 #pragma once
 
 #include <cstdint>
@@ -18,5 +19,10 @@ void geglu_forward_ref(GegluGate gate, float* u, const float* bias, float* act, 
 // dact·b·gelu'(a), du_b = dact·gelu(a). With dbias [2F], the column sums of du are added to it.
 void geglu_backward_ref(GegluGate gate, const float* dact, const float* u, float* du, float* dbias, int64_t rows,
                         int64_t F);
+
+// The signatures of the two kernels, shared by the reference and the fused builds.
+using GegluForwardFn = void (*)(GegluGate gate, float* u, const float* bias, float* act, int64_t rows, int64_t F);
+using GegluBackwardFn = void (*)(GegluGate gate, const float* dact, const float* u, float* du, float* dbias,
+                                 int64_t rows, int64_t F);
 
 }  // namespace gale

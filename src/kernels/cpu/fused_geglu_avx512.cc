@@ -1,0 +1,15 @@
+// AVX-512 build of the fused GeGLU kernels (erf and tanh GeLU gates).
+// No implicit a·b + c -> fma contraction: the kernels write fmadd where they mean it.
+#pragma GCC optimize("fp-contract=off")
+#include "kernels/cpu/simd_avx512.h"
+#include "kernels/cpu/fused_geglu.h"
+#include "kernels/cpu/fused_geglu_impl.h"
+
+namespace gale {
+
+void add_geglu_kernels_avx512(GegluKernels* set) {
+  set->forward = &fused::geglu_forward<simd::Avx512>;
+  set->backward = &fused::geglu_backward<simd::Avx512>;
+}
+
+}  // namespace gale
