@@ -25,7 +25,7 @@ int run_convert(int argc, char** argv) {
   p.add("--tokenizer-type", &tokenizer_type, "-> mg: the tokenizer_type recorded in Megatron's args (Megatron compares it)");
   p.add("--load-dir", &load_dir, "directory to read: an HF model (config.json + safetensors) or a Gale checkpoint");
   p.add("--save-dir", &save_dir, "directory to write");
-  p.add("--model-type-hf", &to_gale.model_type_hf, "optional check of the HF family: gpt2, bloom, llama, llama2, llama3, qwen2, qwen3, mistral, mixtral, gpt_oss, internlm2, phi3, gemma, baichuan2, chatglm3");
+  p.add("--model-type-hf", &to_gale.model_type_hf, "optional check of the HF family: gpt2, bloom, llama, llama2, llama3, qwen2, qwen3, mistral, mixtral, gpt_oss, internlm2, phi3, gemma, gemma2, gemma3, baichuan2, chatglm3");
   p.add("--make-vocab-size-divisible-by", &to_gale.make_vocab_size_divisible_by,
         "hf -> gale: pad the vocabulary to a multiple of this times the target TP size");
   p.add("--target-tensor-parallel-size", &to_gale.target_tensor_parallel_size,

@@ -597,6 +597,13 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
       return InvalidArgument(where, ": args 'window_attn_skip_freq' is ", it->dump(),
                              ", expected an int >= 1 or a list of ", m.num_layers, " zeros and ones");
   }
+  // MindSpeed-LLM's Gemma-2 args hold --interleave-sliding-window W instead of a window: --sliding-window W
+  // --window-attn-skip-freq 2 (train/arguments_gemma2.cc) when the args have no window of their own.
+  if (auto it = args.find("interleave_sliding_window");
+      it != args.end() && !it->is_null() && m.sliding_window == kUnset && m.window_size.empty()) {
+    GALE_RETURN_IF_ERROR(get(args, "interleave_sliding_window", where, &m.interleave_sliding_window));
+    if (Status s = validate_gemma2_args(m); !s.ok()) return Status(s.code(), str_cat(where, ": args: ", s.message()));
+  }
   if (Status s = validate_window_args(m); !s.ok()) return Status(s.code(), str_cat(where, ": args: ", s.message()));
   m.num_kv_heads = m.group_query_attention ? m.num_query_groups : m.num_attention_heads;
   if (!m.group_query_attention) m.num_query_groups = 1;  // as the flag's default, unused without GQA

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "train/hf_deepseek_v32.h"
+#include "train/hf_gemma2.h"
 
 namespace gale {
 
@@ -29,6 +30,8 @@ const char* hf_architecture_name(HfArchitecture a) {
     case HfArchitecture::kBaichuan: return "BaichuanForCausalLM";
     case HfArchitecture::kChatGLM: return "ChatGLMModel";
     case HfArchitecture::kGemma: return "GemmaForCausalLM";
+    case HfArchitecture::kGemma2: return "Gemma2ForCausalLM";
+    case HfArchitecture::kGemma3: return "Gemma3ForCausalLM";
   }
   return "?";
 }
@@ -730,9 +733,11 @@ Status read_internlm2(const ConfigReader& c, HfModel& out) {
 // default gelu_pytorch_tanh): the tanh GeLU is --gelu-tanh, the exact one --geglu. Gemma v1's
 // original config.json says hidden_act "gelu" without hidden_activation, which transformers 4.40 to
 // 4.45 ran as gelu_pytorch_tanh: a warning says which one Gale takes.
+// Gemma-2's MLP reads hidden_activation alone (absent: gelu_pytorch_tanh).
 Status read_gemma_activation(const ConfigReader& c, HfModel& out) {
-  const bool explicit_activation = c.set("hidden_activation");
-  GALE_ASSIGN_OR_RETURN(std::string act, explicit_activation ? c.string("hidden_activation", "")
+  const bool explicit_activation =
+      c.set("hidden_activation") || out.arch == HfArchitecture::kGemma2 || out.arch == HfArchitecture::kGemma3;
+  GALE_ASSIGN_OR_RETURN(std::string act, explicit_activation ? c.string("hidden_activation", "gelu_pytorch_tanh")
                                                              : c.string("hidden_act", "gelu_pytorch_tanh"));
   const char* key = explicit_activation ? "hidden_activation" : "hidden_act";
   if (act == "gelu_pytorch_tanh" || act == "gelu_new") {
@@ -849,8 +854,9 @@ Status read_llama_family(const ConfigReader& c, const nlohmann::json& j, HfModel
   GALE_ASSIGN_OR_RETURN(m.max_position_embeddings, c.positive("max_position_embeddings"));
   GALE_ASSIGN_OR_RETURN(m.norm_epsilon, c.number("rms_norm_eps", 1e-6));
   const int64_t default_head_dim = m.hidden_size / m.num_attention_heads;
-  GALE_ASSIGN_OR_RETURN(m.kv_channels, c.positive("head_dim", default_head_dim));
-  if (!c.set("head_dim") && m.hidden_size % m.num_attention_heads != 0)
+  const bool gemma2 = out.arch == HfArchitecture::kGemma2 || out.arch == HfArchitecture::kGemma3;  // and Gemma-3
+  GALE_ASSIGN_OR_RETURN(m.kv_channels, c.positive("head_dim", gemma2 ? 256 : default_head_dim));  // Gemma2Config's
+  if (!c.set("head_dim") && !gemma2 && m.hidden_size % m.num_attention_heads != 0)
     return InvalidArgument(c.path(), ": hidden_size ", m.hidden_size, " is not a multiple of num_attention_heads ",
                            m.num_attention_heads, " and there is no head_dim");
   if (m.num_attention_heads % m.num_kv_heads != 0)
@@ -862,7 +868,7 @@ Status read_llama_family(const ConfigReader& c, const nlohmann::json& j, HfModel
     return InvalidArgument(c.path(), ": ", hf_architecture_name(out.arch), " has heads of hidden_size / "
                            "num_attention_heads: expected hidden_size ", m.hidden_size, " to be a multiple of ",
                            m.num_attention_heads, " and no other head_dim, found head_dim ", m.kv_channels);
-  const bool gemma = out.arch == HfArchitecture::kGemma;
+  const bool gemma = out.arch == HfArchitecture::kGemma || gemma2;
   if (gemma) {
     GALE_RETURN_IF_ERROR(read_gemma_activation(c, out));
   } else {
@@ -879,7 +885,7 @@ Status read_llama_family(const ConfigReader& c, const nlohmann::json& j, HfModel
     GALE_RETURN_IF_ERROR(read_phi3(c, &m));
   } else if (out.arch == HfArchitecture::kBaichuan) {
     GALE_RETURN_IF_ERROR(read_baichuan(c, m));
-  } else if (c.set("rope_scaling")) {
+  } else if (c.set("rope_scaling") && !gemma2) {  // Gemma-2's: refused by read_gemma2_keys
     GALE_RETURN_IF_ERROR(read_llama_rope_scaling(c, &m));
   }
   GALE_ASSIGN_OR_RETURN(bool attention_bias, c.boolean("attention_bias", false));
@@ -911,6 +917,7 @@ Status read_llama_family(const ConfigReader& c, const nlohmann::json& j, HfModel
   m.add_qkv_bias = qwen2;
   m.qk_layernorm = qwen3;  // Qwen3's and Qwen3-MoE's q_norm / k_norm (RMSNorm over head_dim, eps rms_norm_eps)
   m.untie_embeddings_and_output_weights = !tie;
+  if (gemma2) GALE_RETURN_IF_ERROR(read_gemma2_keys(j, c.path(), out));
   if (out.arch == HfArchitecture::kMixtral) GALE_RETURN_IF_ERROR(read_mixtral_experts(c, out));
   if (out.arch == HfArchitecture::kQwen3Next) GALE_RETURN_IF_ERROR(read_qwen3_next(c, out));
   if (out.arch == HfArchitecture::kQwen2Moe || out.arch == HfArchitecture::kQwen3Moe ||
@@ -1045,22 +1052,45 @@ Status qwen3_next_from_args(const ModelArgs& m, const MoeArgs& moe, const std::s
 // Whether a Gale model with gpt-oss's sinks or activation is a GptOssForCausalLM: what read_gpt_oss sets.
 // A model with MindSpeed-LLM's Gemma flags is written only as GemmaForCausalLM, which holds exactly
 // Gemma v1's shape.
-Status gemma_from_args(const ModelArgs& m, const MoeArgs& moe, const std::string& where) {
-  const bool shape = (m.geglu || m.gelu_tanh) && m.add_rmsnorm_offset && m.input_embeds_norm &&
+// Gemma's shape, both versions (the window aside: Gemma-2's, checked by gemma2_from_args).
+bool gemma_shape(const ModelArgs& m, const MoeArgs& moe) {
+  return (m.geglu || m.gelu_tanh) && m.add_rmsnorm_offset && m.input_embeds_norm &&
                      m.normalization == "RMSNorm" && m.position_embedding_type == "rope" && m.rotary_percent == 1.0 &&
                      !m.rotary_interleaved && !m.use_rope_scaling && unset(m.rotary_seq_len_interpolation_factor) &&
-                     !m.add_bias_linear && !m.add_qkv_bias && !moe.enabled() && !m.qk_layernorm && !m.qk_l2_norm &&
-                     m.sliding_window == kUnset && !m.multi_latent_attention &&
+                     !m.add_bias_linear && !m.add_qkv_bias && !moe.enabled() && !m.qk_l2_norm &&
+                     !m.multi_latent_attention &&
                      (m.mtp_num_layers == kUnset || m.mtp_num_layers == 0) && m.noop_layers.empty() &&
                      m.experimental_attention_variant.empty() && !m.attention_output_gate && !m.embed_layernorm &&
                      m.softmax_type == "vanilla" && m.no_rope_pattern.empty() && !m.apply_layernorm_1p;
-  if (!shape)
+}
+
+Status gemma_from_args(const ModelArgs& m, const MoeArgs& moe, const std::string& where) {
+  if (!gemma_shape(m, moe) || m.sliding_window != kUnset || m.qk_layernorm)
     return Unimplemented(where, ": a model with MindSpeed-LLM's Gemma flags is written only as GemmaForCausalLM: "
                          "--geglu or --gelu-tanh with --add-rmsnorm-offset, --input-embeds-norm, --normalization "
                          "RMSNorm, --position-embedding-type rope (--rotary-percent 1, no RoPE scaling or interleaving) "
                          "and --disable-bias-linear, without experts, q/k norms, --sliding-window, MLA, MTP or noop "
                          "layers (found --geglu ", m.geglu ? "on" : "off", ", --gelu-tanh ", m.gelu_tanh ? "on" : "off",
                          ", --add-rmsnorm-offset ", m.add_rmsnorm_offset ? "on" : "off", ", --input-embeds-norm ",
+                         m.input_embeds_norm ? "on" : "off", ", --normalization ", m.normalization,
+                         ", position embedding ", m.position_embedding_type, ", linear biases ",
+                         m.add_bias_linear ? "on" : "off", ")");
+  return Status::Ok();
+}
+
+// A model with Gemma-2's flags (--post-norm, soft-capping, --query-pre-attn-scalar) is written only as
+// Gemma2ForCausalLM (or Gemma3ForCausalLM with --qk-layernorm): Gemma's shape with --post-norm, any
+// sliding window and windowed layers.
+Status gemma2_from_args(const ModelArgs& m, const MoeArgs& moe, const std::string& where) {
+  if (!gemma_shape(m, moe) || !m.post_norm)
+    return Unimplemented(where, ": a model with MindSpeed-LLM's Gemma-2 flags (--post-norm, --attn-logit-softcapping, "
+                         "--output-logit-softcapping, --query-pre-attn-scalar) is written only as Gemma2ForCausalLM "
+                         "(Gemma3ForCausalLM with --qk-layernorm): --post-norm with --geglu or --gelu-tanh, --add-rmsnorm-offset, --input-embeds-norm, "
+                         "--normalization RMSNorm, --position-embedding-type rope (--rotary-percent 1, no RoPE scaling "
+                         "or interleaving) and --disable-bias-linear, without experts, MLA, MTP or noop "
+                         "layers (found --post-norm ", m.post_norm ? "on" : "off", ", --geglu ", m.geglu ? "on" : "off",
+                         ", --gelu-tanh ", m.gelu_tanh ? "on" : "off", ", --add-rmsnorm-offset ",
+                         m.add_rmsnorm_offset ? "on" : "off", ", --input-embeds-norm ",
                          m.input_embeds_norm ? "on" : "off", ", --normalization ", m.normalization,
                          ", position embedding ", m.position_embedding_type, ", linear biases ",
                          m.add_bias_linear ? "on" : "off", ")");
@@ -1366,6 +1396,8 @@ StatusOr<HfModel> hf_model_from_config(const nlohmann::json& raw_config, const s
   else if (name == "InternLM2ForCausalLM") out.arch = HfArchitecture::kInternLM2;
   else if (name == "Phi3ForCausalLM") out.arch = HfArchitecture::kPhi3;
   else if (name == "GemmaForCausalLM") out.arch = HfArchitecture::kGemma;
+  else if (name == "Gemma2ForCausalLM") out.arch = HfArchitecture::kGemma2;
+  else if (name == "Gemma3ForCausalLM") out.arch = HfArchitecture::kGemma3;
   else if (name == "BaichuanForCausalLM") out.arch = HfArchitecture::kBaichuan;
   else if (name == "ChatGLMModel" || name == "ChatGLMForConditionalGeneration") out.arch = HfArchitecture::kChatGLM;
   else
@@ -1373,8 +1405,8 @@ StatusOr<HfModel> hf_model_from_config(const nlohmann::json& raw_config, const s
                          "' is not supported yet (supported: GPT2LMHeadModel, BloomForCausalLM, LlamaForCausalLM, "
                          "Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, MixtralForCausalLM, "
                          "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Qwen3NextForCausalLM, DeepseekV3ForCausalLM, DeepseekV32ForCausalLM, "
-                         "GptOssForCausalLM, InternLM2ForCausalLM, Phi3ForCausalLM, GemmaForCausalLM, BaichuanForCausalLM, "
-                         "ChatGLMModel, ChatGLMForConditionalGeneration)");
+                         "GptOssForCausalLM, InternLM2ForCausalLM, Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, "
+                         "Gemma3ForCausalLM, BaichuanForCausalLM, ChatGLMModel, ChatGLMForConditionalGeneration)");
   GALE_RETURN_IF_ERROR(out.arch == HfArchitecture::kGpt2         ? read_gpt2(c, out)
                        : out.arch == HfArchitecture::kBloom      ? read_bloom(c, out)
                        : out.arch == HfArchitecture::kDeepseekV3 ? read_deepseek_v3(c, out)
@@ -1408,13 +1440,16 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
   out.model = m;
   out.moe = moe;
   out.vocab_size = vocab_size;
-  // Gemma-2's features (train/arguments_gemma2.cc): no architecture Gale writes holds them.
-  for (auto [on, flag] : {std::pair{!unset(m.output_logit_softcapping), "--output-logit-softcapping"},
-                          {!unset(m.attn_logit_softcapping), "--attn-logit-softcapping"},
-                          {m.query_pre_attn_scalar != kUnset, "--query-pre-attn-scalar"}, {m.post_norm, "--post-norm"}})
-    if (on)
-      return Unimplemented(where, ": the model has ", flag, ", which no Hugging Face architecture Gale writes holds "
-                           "(Gemma2ForCausalLM is not supported yet)");
+  // Gemma-2's features (train/arguments_gemma2.cc): only Gemma2ForCausalLM holds them.
+  if (m.post_norm || !unset(m.output_logit_softcapping) || !unset(m.attn_logit_softcapping) ||
+      m.query_pre_attn_scalar != kUnset) {
+    GALE_RETURN_IF_ERROR(gemma2_from_args(m, moe, where));
+    out.arch = m.qk_layernorm ? HfArchitecture::kGemma3 : HfArchitecture::kGemma2;
+    if (vocab_size <= 0 || vocab_size > m.padded_vocab_size)
+      return InvalidArgument("--vocab-size ", vocab_size, ": expected 1 to the checkpoint's padded vocabulary ",
+                             m.padded_vocab_size);
+    return out;
+  }
   if (m.softmax_type == "learnable" || m.quick_geglu || m.glu_linear_offset != 0.0 ||
       !unset(m.activation_func_clamp_value)) {  // gpt-oss's sinks or activation: nothing else holds them
     GALE_RETURN_IF_ERROR(gpt_oss_from_args(m, moe, where));
@@ -1621,6 +1656,8 @@ nlohmann::json hf_config_json(const HfModel& hf, const std::string& torch_dtype)
                       : hf.arch == HfArchitecture::kInternLM2 ? "internlm2"
                       : hf.arch == HfArchitecture::kPhi3     ? "phi3"
                       : hf.arch == HfArchitecture::kGemma    ? "gemma"
+                      : hf.arch == HfArchitecture::kGemma2   ? "gemma2"
+                      : hf.arch == HfArchitecture::kGemma3   ? "gemma3_text"
                       : hf.arch == HfArchitecture::kBaichuan ? "baichuan"
                                                              : "llama";
     j["hidden_size"] = m.hidden_size;
@@ -1689,6 +1726,8 @@ nlohmann::json hf_config_json(const HfModel& hf, const std::string& torch_dtype)
       add_phi3_config(hf, &j);
     } else if (hf.arch == HfArchitecture::kGemma) {
       j["attention_bias"] = false;
+    } else if (hf.arch == HfArchitecture::kGemma2 || hf.arch == HfArchitecture::kGemma3) {
+      add_gemma2_config(hf, &j);
     } else if (hf.arch == HfArchitecture::kBaichuan) {
       add_baichuan_config(&j);
     } else {

@@ -118,6 +118,26 @@
 //                       (hidden_activation, else hidden_act: gelu_pytorch_tanh or gelu_new; transformers'
 //                       default) or --geglu ("gelu", the exact GeLU). tie_word_embeddings defaults to true.
 //                       A model with these flags (and no other Gale-only feature) is written as Gemma.
+//   Gemma2ForCausalLM   Gemma-2: Gemma's flags and names plus its sandwich norms (--post-norm; weights in
+//                       hf_weights.h), query_pre_attn_scalar -> --query-pre-attn-scalar (written back as
+//                       head_dim when unset), attn_logit_softcapping / final_logit_softcapping ->
+//                       --attn-logit-softcapping / --output-logit-softcapping (null: none; absent: 50 / 30,
+//                       Gemma2Config's defaults), sliding_window W (absent: 4096) in the layers layer_types
+//                       names "sliding_attention" (absent: the even layers 0, 2, ..., as every transformers
+//                       release windows them; MindSpeed-LLM's --interleave-sliding-window) -> --sliding-window
+//                       W --window-attn-skip-freq as a list (every layer: no list); W >= max_position_embeddings
+//                       is no window (written so when the Gale model has none). hidden_activation alone picks
+//                       the GeLU (Gemma2MLP ignores hidden_act; absent: gelu_pytorch_tanh), head_dim defaults to
+//                       256. Refused: rope_scaling (transformers 4.x's Gemma-2 ignores it, 5.x applies it),
+//                       use_bidirectional_attention, a non-integer query_pre_attn_scalar. A model with
+//                       --post-norm, soft-capping or --query-pre-attn-scalar is written as Gemma-2 only.
+//   Gemma3ForCausalLM   Gemma-3's text model (model_type gemma3_text): Gemma-2's reading (train/hf_gemma2.h)
+//                       with q_norm / k_norm (--qk-layernorm, 1 + w like every Gemma norm), null soft-caps by
+//                       default and the sliding layers from layer_types, else sliding_window_pattern P
+//                       (default 6: layer i full iff (i + 1) % P == 0). Only where it maps onto one RoPE:
+//                       rope_local_base_freq (the sliding layers' base) must equal rope_theta and rope_scaling
+//                       (the full layers' only) must be null; both are refused otherwise. A --post-norm model
+//                       with --qk-layernorm is written as Gemma-3.
 //
 // Anything else in config.json that changes the model (rope_scaling, attention_bias, another
 // hidden_act, a per-layer sliding window, ...) is refused with one line naming the file and the key.
@@ -135,7 +155,7 @@ namespace gale {
 enum class HfArchitecture {
   kGpt2, kLlama, kQwen2, kMistral, kMixtral, kQwen2Moe, kDeepseekV3, kQwen3, kBloom, kQwen3Moe, kQwen3Next, kGptOss,
   kInternLM2, kPhi3,
-  kGemma,
+  kGemma, kGemma2, kGemma3,
   kBaichuan, kChatGLM
 };
 

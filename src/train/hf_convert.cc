@@ -37,6 +37,8 @@ Status check_model_type_hf(const std::string& given, const HfModel& m, const std
                              : given.rfind("gpt2", 0) == 0 ? "gpt2"
                              : given.rfind("bloom", 0) == 0 ? "bloom"
                              : given == "gemma" ? "gemma"  // not gemma2 (a different architecture)
+                             : given == "gemma2" ? "gemma2"
+                             : given == "gemma3" || given == "gemma3_text" ? "gemma3"
                              : given.rfind("gpt_oss", 0) == 0 || given.rfind("gpt-oss", 0) == 0 ? "gpt_oss"
                              : given.rfind("internlm2", 0) == 0 ? "internlm2"
                              : given.rfind("phi3", 0) == 0 ? "phi3"
@@ -45,6 +47,8 @@ Status check_model_type_hf(const std::string& given, const HfModel& m, const std
                                                            : "";
   const char* expected = m.arch == HfArchitecture::kGpt2    ? "gpt2"
                          : m.arch == HfArchitecture::kGemma ? "gemma"
+                         : m.arch == HfArchitecture::kGemma2 ? "gemma2"
+                         : m.arch == HfArchitecture::kGemma3 ? "gemma3"
                          : m.arch == HfArchitecture::kGptOss ? "gpt_oss"
                          : m.arch == HfArchitecture::kBloom ? "bloom"
                          : m.arch == HfArchitecture::kQwen2 ? "qwen2"
@@ -59,7 +63,7 @@ Status check_model_type_hf(const std::string& given, const HfModel& m, const std
                          : m.arch == HfArchitecture::kChatGLM ? "chatglm3"
                                                               : "llama";
   if (family.empty())
-    return InvalidArgument("--model-type-hf ", given, ": expected one of gpt2, bloom, llama, llama2, llama3, qwen2, qwen3, mistral, mixtral, gpt_oss, internlm2, phi3, gemma, baichuan2, chatglm3");
+    return InvalidArgument("--model-type-hf ", given, ": expected one of gpt2, bloom, llama, llama2, llama3, qwen2, qwen3, mistral, mixtral, gpt_oss, internlm2, phi3, gemma, gemma2, gemma3, baichuan2, chatglm3");
   if (family != expected)
     return InvalidArgument("--model-type-hf ", given, " does not match ", config_path, ", which describes a ",
                            hf_architecture_name(m.arch));
@@ -197,6 +201,23 @@ Status convert_hf_to_gale(const HfToGaleOptions& o, const ConvertLog& log) {
     log(str_cat("gemma: ", m.model.gelu_tanh ? "--gelu-tanh" : "--geglu",
                 " --add-rmsnorm-offset --input-embeds-norm, head_dim ", m.model.kv_channels, ", ",
                 m.model.untie_embeddings_and_output_weights ? "untied" : "tied", " embeddings"));
+  if (m.arch == HfArchitecture::kGemma2 || m.arch == HfArchitecture::kGemma3) {
+    const ModelArgs& a = m.model;
+    log(str_cat(m.arch == HfArchitecture::kGemma3 ? "gemma3: " : "gemma2: ", a.gelu_tanh ? "--gelu-tanh" : "--geglu",
+                " --add-rmsnorm-offset --input-embeds-norm --post-norm ",
+                a.qk_layernorm ? "--qk-layernorm " : "", "--query-pre-attn-scalar ",
+                a.query_pre_attn_scalar, ", --attn-logit-softcapping ",
+                unset(a.attn_logit_softcapping) ? std::string("none") : str_cat(a.attn_logit_softcapping),
+                ", --output-logit-softcapping ",
+                unset(a.output_logit_softcapping) ? std::string("none") : str_cat(a.output_logit_softcapping), ", ",
+                a.sliding_window == kUnset ? std::string("no sliding window")
+                : a.window_attn_pattern.empty()
+                    ? str_cat("--sliding-window ", a.sliding_window, " in every layer")
+                    : str_cat("--sliding-window ", a.sliding_window, " --window-attn-skip-freq ",
+                              a.window_attn_skip_freq, " (1: sliding_attention)"),
+                ", head_dim ", a.kv_channels, ", ", a.untie_embeddings_and_output_weights ? "untied" : "tied",
+                " embeddings"));
+  }
   if (m.arch == HfArchitecture::kQwen3Moe)
     log(str_cat("no shared expert; MoE layers ", m.moe.moe_layer_freq, ", routing ",
                 m.moe.moe_router_pre_softmax ? "--moe-router-pre-softmax (norm_topk_prob false)"

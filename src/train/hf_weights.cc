@@ -1203,6 +1203,59 @@ Status map_chatglm(const HfModel& m, Mapper& mp, bool to_gale) {
   return Status::Ok();
 }
 
+// Gemma-2 both ways: LLaMA's names and q/k/v regrouping with four norms per layer, mapped onto Gale's
+// --post-norm layer by where they act (transformers' Gemma2DecoderLayer): input_layernorm before the
+// attention, post_attention_layernorm on its output (post_attn_norm), pre_feedforward_layernorm before
+// the MLP (pre_mlp_layernorm), post_feedforward_layernorm on its output (post_mlp_layernorm).
+Status map_gemma2(const HfModel& m, Mapper& mp, bool to_gale) {
+  const Dims d = dims(m);
+  const int64_t qkv_rows = (d.NH + 2 * d.KV) * d.HD;
+  auto one = [&](const std::string& hf, const std::string& gale, const Shape& shape) {
+    return move_tensor(mp, to_gale, hf, gale, shape);
+  };
+  GALE_RETURN_IF_ERROR(move_vocab_rows(mp, to_gale, "model.embed_tokens.weight", "embedding.word_embeddings.weight", d));
+  for (int64_t i = 0; i < m.model.num_layers; ++i) {
+    GALE_RETURN_IF_ERROR(one(llama_layer(i, "input_layernorm.weight"), gale_layer(i, "input_layernorm.weight"), {d.H}));
+    if (to_gale) {
+      GALE_ASSIGN_OR_RETURN(Tensor q, mp.get(llama_layer(i, "self_attn.q_proj.weight"), {d.NH * d.HD, d.H}));
+      GALE_ASSIGN_OR_RETURN(Tensor k, mp.get(llama_layer(i, "self_attn.k_proj.weight"), {d.KV * d.HD, d.H}));
+      GALE_ASSIGN_OR_RETURN(Tensor v, mp.get(llama_layer(i, "self_attn.v_proj.weight"), {d.KV * d.HD, d.H}));
+      mp.put(gale_layer(i, "self_attention.linear_qkv.weight"), group_qkv(q, k, v, d.NH, d.KV, d.HD));
+    } else {
+      GALE_ASSIGN_OR_RETURN(Tensor qkv, mp.get(gale_layer(i, "self_attention.linear_qkv.weight"), {qkv_rows, d.H}));
+      std::vector<Tensor> w = split_qkv(qkv, d.NH, d.KV, d.HD);
+      mp.put(llama_layer(i, "self_attn.q_proj.weight"), w[0]);
+      mp.put(llama_layer(i, "self_attn.k_proj.weight"), w[1]);
+      mp.put(llama_layer(i, "self_attn.v_proj.weight"), w[2]);
+    }
+    if (m.model.qk_layernorm) {  // Gemma-3's q_norm / k_norm [head_dim]
+      GALE_RETURN_IF_ERROR(
+          one(llama_layer(i, "self_attn.q_norm.weight"), gale_layer(i, "self_attention.q_layernorm.weight"), {d.HD}));
+      GALE_RETURN_IF_ERROR(
+          one(llama_layer(i, "self_attn.k_norm.weight"), gale_layer(i, "self_attention.k_layernorm.weight"), {d.HD}));
+    }
+    GALE_RETURN_IF_ERROR(one(llama_layer(i, "self_attn.o_proj.weight"), gale_layer(i, "self_attention.linear_proj.weight"),
+                             {d.H, d.NH * d.HD}));
+    GALE_RETURN_IF_ERROR(
+        one(llama_layer(i, "post_attention_layernorm.weight"), gale_layer(i, "post_attn_norm.weight"), {d.H}));
+    GALE_RETURN_IF_ERROR(
+        one(llama_layer(i, "pre_feedforward_layernorm.weight"), gale_layer(i, "pre_mlp_layernorm.weight"), {d.H}));
+    if (to_gale) {
+      GALE_ASSIGN_OR_RETURN(Tensor gate, mp.get(llama_layer(i, "mlp.gate_proj.weight"), {d.F, d.H}));
+      GALE_ASSIGN_OR_RETURN(Tensor up, mp.get(llama_layer(i, "mlp.up_proj.weight"), {d.F, d.H}));
+      mp.put(gale_layer(i, "mlp.linear_fc1.weight"), concat_rows({gate, up}));
+    } else {
+      GALE_ASSIGN_OR_RETURN(Tensor fc1, mp.get(gale_layer(i, "mlp.linear_fc1.weight"), {2 * d.F, d.H}));
+      mp.put(llama_layer(i, "mlp.gate_proj.weight"), rows(fc1, 0, d.F));
+      mp.put(llama_layer(i, "mlp.up_proj.weight"), rows(fc1, d.F, d.F));
+    }
+    GALE_RETURN_IF_ERROR(one(llama_layer(i, "mlp.down_proj.weight"), gale_layer(i, "mlp.linear_fc2.weight"), {d.H, d.F}));
+    GALE_RETURN_IF_ERROR(
+        one(llama_layer(i, "post_feedforward_layernorm.weight"), gale_layer(i, "post_mlp_layernorm.weight"), {d.H}));
+  }
+  return to_gale ? final_norm_and_head_to_gale(m, d, mp) : final_norm_and_head_to_hf(m, d, mp);
+}
+
 }  // namespace
 
 StatusOr<std::vector<NamedTensor>> gale_tensors_from_hf(const HfModel& m, const TensorSource& hf, DType store) {
@@ -1216,6 +1269,8 @@ StatusOr<std::vector<NamedTensor>> gale_tensors_from_hf(const HfModel& m, const 
                        : m.arch == HfArchitecture::kPhi3       ? map_phi3(m, mp, /*to_gale=*/true)
                        : m.arch == HfArchitecture::kBaichuan   ? map_baichuan(m, mp, /*to_gale=*/true)
                        : m.arch == HfArchitecture::kChatGLM    ? map_chatglm(m, mp, /*to_gale=*/true)
+                       : m.arch == HfArchitecture::kGemma2 || m.arch == HfArchitecture::kGemma3
+                           ? map_gemma2(m, mp, /*to_gale=*/true)
                                                                : llama_to_gale(m, mp));
   return mp.take();
 }
@@ -1231,6 +1286,8 @@ StatusOr<std::vector<NamedTensor>> hf_tensors_from_gale(const HfModel& m, const 
                        : m.arch == HfArchitecture::kPhi3       ? map_phi3(m, mp, /*to_gale=*/false)
                        : m.arch == HfArchitecture::kBaichuan   ? map_baichuan(m, mp, /*to_gale=*/false)
                        : m.arch == HfArchitecture::kChatGLM    ? map_chatglm(m, mp, /*to_gale=*/false)
+                       : m.arch == HfArchitecture::kGemma2 || m.arch == HfArchitecture::kGemma3
+                           ? map_gemma2(m, mp, /*to_gale=*/false)
                                                                : gale_to_llama(m, mp));
   return mp.take();
 }

@@ -87,6 +87,13 @@
 // Phi-3 (both ways; LLaMA's names otherwise):
 //   self_attn.qkv_proj [q NH·HD; k KV·HD; v KV·HD] -> self_attention.linear_qkv.weight (regrouped per KV group)
 //   mlp.gate_up_proj [gate F; up F]              -> mlp.linear_fc1.weight as is
+// Gemma-2 (both ways; LLaMA's names, q/k/v regrouped, its four norms onto Gale's --post-norm layer):
+//   input_layernorm.weight                       -> input_layernorm.weight (before the attention)
+//   post_attention_layernorm.weight              -> post_attn_norm.weight (on the attention output; not
+//                                                   pre_mlp_layernorm as in LLaMA)
+//   pre_feedforward_layernorm.weight             -> pre_mlp_layernorm.weight (before the MLP)
+//   post_feedforward_layernorm.weight            -> post_mlp_layernorm.weight (on the MLP output)
+//   self_attn.{q,k}_norm.weight [HD] (Gemma-3)   -> self_attention.{q,k}_layernorm.weight (--qk-layernorm)
 // Baichuan2-7B (both ways; LLaMA's names otherwise):
 //   self_attn.W_pack [q H; k H; v H]             -> self_attention.linear_qkv.weight (regrouped per head)
 //   lm_head (a NormHead) [V, H]                  -> output_layer.weight: each row divided by its L2 norm on the

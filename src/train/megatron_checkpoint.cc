@@ -681,6 +681,14 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
   set_bool("gelu_tanh", model.gelu_tanh);
   set_bool("add_rmsnorm_offset", model.add_rmsnorm_offset);
   set_bool("input_embeds_norm", model.input_embeds_norm);
+  // MindSpeed-LLM's Gemma-2 args (None / False when off; the window is window_size below)
+  set_bool("post_norm", model.post_norm);
+  ns->set("query_pre_attn_scalar",
+          model.query_pre_attn_scalar == kUnset ? PyValue::none() : PyValue::integer(model.query_pre_attn_scalar));
+  ns->set("attn_logit_softcapping",
+          unset(model.attn_logit_softcapping) ? PyValue::none() : PyValue::real(model.attn_logit_softcapping));
+  ns->set("output_logit_softcapping",
+          unset(model.output_logit_softcapping) ? PyValue::none() : PyValue::real(model.output_logit_softcapping));
   ns->set("glu_linear_offset", PyValue::real(model.glu_linear_offset));
   ns->set("activation_func_clamp_value", unset(model.activation_func_clamp_value)
                                              ? PyValue::none()
@@ -689,6 +697,7 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
   set_bool("add_bias_linear", model.add_bias_linear);
   set_bool("add_qkv_bias", model.add_qkv_bias);
   if (model.multi_latent_attention) megatron_mla_args(model, *ns);
+  else set_bool("qk_layernorm", model.qk_layernorm);  // Megatron's --qk-layernorm: Qwen3's and Gemma-3's q/k norms
   set_bool("attention_output_gate", model.attention_output_gate);  // linear_qkv holds the gate rows too
   set_bool("qk_l2_norm", model.qk_l2_norm);  // Megatron main's TransformerConfig field (False before it)
   set_bool("qk_clip", model.qk_clip);  // MuonClip (model/qk_clip.h): Megatron's args always hold the four

@@ -83,7 +83,7 @@ TEST(ConvertMegatron, MegatronToGaleAndBackAtTp2Pp2) {
 
 // HF -> Megatron (TP 2 x PP 2, Megatron's "release" checkpoint) -> HF returns every tensor bit for
 // bit: LLaMA (GQA, SwiGLU, RMSNorm, untied), GPT-2 (biases, learned positions, tied embeddings: the
-// last stage's copy), Qwen2 (q/k/v biases), Qwen3 (q/k norms).
+// last stage's copy), Qwen2 (q/k/v biases), Qwen3 (q/k norms), each as the architecture it was.
 TEST(ConvertMegatron, HfModelsRoundTripThroughMegatronsFormat) {
   for (const char* arch : {"llama", "gpt2", "qwen2", "qwen3"}) {
     TempDir tmp;
@@ -107,6 +107,12 @@ TEST(ConvertMegatron, HfModelsRoundTripThroughMegatronsFormat) {
       ++compared;
     }
     EXPECT_GT(compared, 10) << arch;
+    // The same architecture back (Qwen3's q/k norms: Megatron's qk_layernorm arg), so no tensor was left out.
+    auto architectures = [](const std::string& dir) {
+      std::ifstream in(dir + "/config.json");
+      return nlohmann::json::parse(in)["architectures"];
+    };
+    EXPECT_EQ(architectures(tmp.file("hf")), architectures(hf(arch))) << arch;
   }
 }
 

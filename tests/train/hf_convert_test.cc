@@ -1068,7 +1068,8 @@ TEST(HfConvertErrors, UnknownArchitectureAndUnsupportedOptions) {
                "GPT2LMHeadModel, BloomForCausalLM, LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
                "MistralForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Qwen3NextForCausalLM, "
                "DeepseekV3ForCausalLM, DeepseekV32ForCausalLM, GptOssForCausalLM, InternLM2ForCausalLM, Phi3ForCausalLM, "
-               "GemmaForCausalLM, BaichuanForCausalLM, ChatGLMModel, ChatGLMForConditionalGeneration)");
+               "GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, BaichuanForCausalLM, ChatGLMModel, "
+               "ChatGLMForConditionalGeneration)");
   edit_config(dir, [](nlohmann::json& j) {
     j["architectures"] = {"LlamaForCausalLM"};
     j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};
