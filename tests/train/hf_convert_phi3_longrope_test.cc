@@ -98,6 +98,37 @@ TEST(HfConvertPhi3LongRope, KvCacheDecodingSwitchesTablesAsTransformers) {
   }
 }
 
+// The same decoding through ragged batches of KV blocks (continuous batching's path, one request).
+TEST(HfConvertPhi3LongRope, RaggedDecodingSwitchesTablesAsTransformers) {
+  TempDir tmp;
+  ASSERT_TRUE(convert_hf_to_gale(to_gale(fixture("phi3_longrope"), tmp.file("gale")), quiet).ok());
+  auto lm = load_model(tmp.file("gale"));
+  GPTModel& model = *lm->model;
+  const Golden g = read_golden("phi3_longrope");
+  const Tensor want = golden_tensor("cached_logits", DType::kF32), greedy = golden_tensor("cached_greedy", DType::kI64);
+  KvBlockPool pool(lm->config, model.partition(), 4, 4);
+  RaggedKvBatch rb;
+  rb.pool = &pool;
+  RaggedRequest rr;
+  rr.blocks = pool.allocate(3);  // 12 positions: 5 prompt tokens and 6 decoded
+  rr.rows = 5;
+  rb.requests = {rr};
+  std::vector<int32_t> feed(g.tokens.begin(), g.tokens.begin() + 5);
+  const int64_t V = want.size(1);
+  for (int64_t step = 0; step < 6; ++step) {
+    const Tensor logits = model.forward_logits_ragged(feed, rb);
+    const float* last = logits.data<float>();
+    double d = 0;
+    for (int64_t v = 0; v < V; ++v) d = std::max(d, std::abs(static_cast<double>(last[v]) - want.data<float>()[step * V + v]));
+    EXPECT_LT(d, kLogitTolerance) << "step " << step;
+    const int32_t next = static_cast<int32_t>(std::max_element(last, last + V) - last);
+    EXPECT_EQ(next, greedy.data<int64_t>()[step]) << "step " << step;
+    rb.requests[0].cached += rb.requests[0].rows;
+    rb.requests[0].rows = 1;
+    feed = {next};
+  }
+}
+
 // HF -> Gale -> HF: Phi3ForCausalLM again, the factor lists and the original context as config.json had
 // them (the same text), every tensor bit for bit (also in hf_convert_test.cc's HfFixture).
 TEST(HfConvertPhi3LongRope, WrittenBackWithTheSameRopeScaling) {
