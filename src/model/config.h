@@ -280,6 +280,18 @@ struct YarnConfig {
   bool round_to_int = true;               // --[no-]yarn-correction-range-round-to-int
 };
 
+// LongRoPE of Phi-3 / Phi-3.5 (MindSpeed-LLM's --rope-scaling-type longrope; model/longrope_rope.h):
+// two rotary tables, inv_freq_i = base^(−2i/R) / factor_i with the short or the long factors, cos/sin
+// times that table's mscale. Which one a forward uses: LongRopeConfig::use_long.
+struct LongRopeConfig {
+  bool enabled = false;
+  int64_t original_max_positions = 0;             // --rope-scaling-original-max-position-embeddings
+  std::vector<double> short_factor, long_factor;  // --short-factor / --long-factor: one per rotary pair
+  double short_mscale = 1.0, long_mscale = 1.0;   // the cos/sin scale of each table (resolved)
+  // The training / evaluation forward: the long table iff --seq-length > original (MindSpeed-LLM's rule).
+  bool long_without_cache = false;
+};
+
 // DeepSeek sparse attention (--experimental-attention-variant dsa; model/dsa_indexer.h): a lightning
 // indexer per MLA layer picks each query's top-k keys, MLA attends only to them, and the indexer
 // learns from a KL loss against the main attention (its inputs detached from the model).
@@ -445,6 +457,7 @@ struct ModelConfig {
   // --position-embedding-type yarn: position stays kRope, the tables are YaRN's (the softmax scale
   // is unchanged: Megatron scales only cos/sin by the concentration factor outside MLA).
   YarnConfig yarn;
+  LongRopeConfig longrope;  // --rope-scaling-type longrope: position stays kRope, the tables are LongRoPE's
   // --sliding-window W or --window-size W−1,0 (0: none): a windowed layer's query at position i sees
   // the keys at positions i − W + 1 .. i (AttentionProblem::window; Mistral-7B-v0.1's 4096).
   int64_t sliding_window = 0;

@@ -17,6 +17,7 @@
 #include "model/norm_weight.h"
 #include "model/param_builders.h"
 #include "model/qat.h"
+#include "model/longrope_rope.h"
 #include "model/yarn_rope.h"
 #include "parallel/mappings.h"
 #include "parallel/tp2d_mappings.h"
@@ -258,6 +259,11 @@ GPTModel::GPTModel(const ModelConfig& config, const ModelPartition& part, const 
     rope_ = make_mla_rope_tables(c.mla, c.max_positions, c.rotary_base);  // plain RoPE or YaRN
   else if (c.yarn.enabled)
     rope_ = make_yarn_rope_tables(c.yarn, c.max_positions, c.rot_dim(), c.rotary_base);
+  else if (c.longrope.enabled) {  // both tables: a forward picks one (longrope_use_long)
+    rope_ = make_longrope_tables(c.longrope, false, c.max_positions, c.rot_dim(), c.rotary_base);
+    rope_long_ = make_longrope_tables(c.longrope, true, c.max_positions, c.rot_dim(), c.rotary_base);
+    rope_long_.interleaved = c.rope_interleaved;
+  }
   else if (c.uses_rope_tables())
     rope_ = make_rope_tables(c.max_positions, c.rot_dim(), c.rotary_base, c.rope_scaling_factor, c.rope_position_scale);
   if (c.uses_rope_tables()) rope_.interleaved = c.rope_interleaved;
@@ -297,6 +303,8 @@ void GPTModel::build_runtime(State& st, const MicroBatch& mb, bool training, KvC
   rt.part = &part_;
   rt.ops = ops_;
   rt.rope = c.uses_rope_tables() ? &rope_ : nullptr;
+  if (c.longrope.enabled)  // the training / evaluation forward: by --seq-length (forward_logits: by the positions)
+    rt.rope = longrope_use_long(c.longrope, false, st.positions_sb.data(), T) ? &rope_long_ : &rope_;
   rt.mb = &st.mb;
   rt.training = training;
   rt.kv_cache = cache;
@@ -1053,6 +1061,8 @@ Tensor GPTModel::forward_logits(const MicroBatch& mb_in, const Tensor& input, Kv
   }
   State st;
   build_runtime(st, mb, /*training=*/false, cache);
+  if (c.longrope.enabled)  // whole sequences (cp 1) or decoding: LongRoPE's table by the total length, as HF
+    st.rt.rope = longrope_use_long(c.longrope, true, st.positions_sb.data(), mb.B * mb.S) ? &rope_long_ : &rope_;
   if (params_needed_) {  // every parameter first, in forward order: nothing here to overlap with
     const std::vector<std::vector<int>> groups = backward_param_groups();
     for (auto g = groups.rbegin(); g != groups.rend(); ++g) params_needed_(*g);
@@ -1100,6 +1110,8 @@ void GPTModel::forward_ragged_rows(const std::vector<int32_t>& tokens, RaggedKvB
   State st;
   build_runtime(st, mb, /*training=*/false);
   st.rt.ragged_kv = &batch;
+  if (c.longrope.enabled)  // decoding from a cache: LongRoPE's table by the batch's total length, as forward_logits
+    st.rt.rope = longrope_use_long(c.longrope, true, st.positions_sb.data(), mb.S) ? &rope_long_ : &rope_;
   if (params_needed_) {
     const std::vector<std::vector<int>> groups = backward_param_groups();
     for (auto g = groups.rbegin(); g != groups.rend(); ++g) params_needed_(*g);
@@ -1147,6 +1159,8 @@ void GPTModel::mtp_single_position(int64_t k, const Tensor& h, const std::vector
   mb.position_ids = positions;
   State st;
   build_runtime(st, mb, /*training=*/false);
+  if (c.longrope.enabled)  // a draft step of decoding: LongRoPE's table by the total length, as forward_logits
+    st.rt.rope = longrope_use_long(c.longrope, true, st.positions_sb.data(), R) ? &rope_long_ : &rope_;
   const MtpParamIds& w = mtp_[static_cast<size_t>(k)];
   const Tensor e = embedding_forward(st, st.tokens_sb.data(), st.positions_sb.data(), mtp_embedding_stream(c.seed, k));
   Tensor e_stats, h_stats, f_stats;

@@ -370,7 +370,8 @@ class GPTModel {
   ModelPartition part_;
   const OpTable* ops_;
   ParamBuffer params_;
-  RopeTables rope_;
+  RopeTables rope_;       // with LongRoPE: the short factors' table
+  RopeTables rope_long_;  // LongRoPE's long factors' table (empty otherwise; model/longrope_rope.h)
   std::vector<float> alibi_slopes_;  // --position-embedding-type alibi: the slopes of all c.heads heads
   std::vector<float> zero_softmax_offset_;  // --softmax-type off-by-one: c.heads zero sink logits
   int word_emb_ = -1, pos_emb_ = -1, final_norm_w_ = -1, final_norm_b_ = -1, output_w_ = -1;

@@ -31,6 +31,7 @@ void add_model_args(ArgParser& p, ModelArgs& a) {
   p.add_flag("--use-rope-scaling", &a.use_rope_scaling, "Llama 3.x RoPE frequency scaling (low 1, high 4, context 8192)");
   p.add("--rope-scaling-factor", &a.rope_scaling_factor, "--use-rope-scaling: the factor low frequencies are divided by");
   add_no_rope_args(p, a);
+  add_longrope_args(p, a);
   p.add_flag("--rotary-interleaved", &a.rotary_interleaved,
              "RoPE rotates interleaved pairs (2i, 2i+1) instead of the two halves of each head");
   p.add_flag("--use-glm-rope", &a.rotary_interleaved,
@@ -785,6 +786,7 @@ Status validate_model_args(ModelArgs& m, const ArgParser& p) {
   if (m.use_rotary_position_embeddings) m.position_embedding_type = "rope";
   GALE_RETURN_IF_ERROR(validate_alibi_args(m, p));
   GALE_RETURN_IF_ERROR(validate_yarn_args(m, p));
+  GALE_RETURN_IF_ERROR(validate_longrope_args(m, p));
   if (m.use_rope_scaling && m.position_embedding_type != "rope")
     return InvalidArgument("--use-rope-scaling needs --position-embedding-type rope, found ", m.position_embedding_type);
   if (m.use_rope_scaling && m.multi_latent_attention)

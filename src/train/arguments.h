@@ -218,6 +218,16 @@ struct ModelArgs {
   double yarn_beta_fast = kUnsetF;
   double yarn_beta_slow = kUnsetF;
   bool yarn_correction_range_round_to_int = true;
+  // MindSpeed-LLM's LongRoPE (Phi-3 / Phi-3.5; train/arguments_longrope.cc, model/longrope_rope.h):
+  // --rope-scaling-type ("" unset; only longrope is read), --rope-scaling-original-max-position-embeddings,
+  // --long-factor / --short-factor as given (comma-separated) and parsed (one per rotary pair; filled by
+  // validate_longrope_args), --long-mscale / --short-mscale (both or neither) and --longrope-freqs-type.
+  std::string rope_scaling_type;
+  int64_t rope_scaling_original_max_position_embeddings = kUnset;
+  std::string long_factor, short_factor;
+  std::vector<double> long_factors, short_factors;
+  double long_mscale = kUnsetF, short_mscale = kUnsetF;
+  std::string longrope_freqs_type = "mul";
   // Megatron-Core's --experimental-attention-variant dsa (DeepSeek sparse attention, with MLA;
   // train/arguments_mla.cc, model/dsa_indexer.h): "" (none) or "dsa", and the indexer's flags.
   std::string experimental_attention_variant;
@@ -1180,6 +1190,10 @@ StatusOr<std::vector<int>> parse_layer_pattern(const char* flag, const std::stri
 // yarn_* flags, added beside --position-embedding-type, and the checks validate_model_args runs.
 void add_yarn_args(ArgParser& p, ModelArgs& a);
 Status validate_yarn_args(const ModelArgs& m, const ArgParser& p);
+// LongRoPE (--rope-scaling-type longrope; train/arguments_longrope.cc): MindSpeed-LLM's flags, added
+// beside the RoPE flags, and the checks validate_model_args runs (fills long_factors / short_factors).
+void add_longrope_args(ArgParser& p, ModelArgs& a);
+Status validate_longrope_args(ModelArgs& m, const ArgParser& p);
 // --quick-geglu, --glu-linear-offset, --activation-func-clamp-value (train/arguments_glu.cc): the
 // model-only checks (run by validate_model_args) and the one that needs --num-experts (run by
 // validate_all_pretrain_args).

@@ -11,6 +11,7 @@
 
 #include "ckpt/checkpoint_reader.h"
 #include "model/hybrid_layers.h"
+#include "train/longrope_factors.h"
 
 namespace gale {
 
@@ -72,6 +73,13 @@ nlohmann::json checkpoint_model_section(const ModelConfig& c) {
                  {"mscale", c.yarn.mscale},
                  {"mscale_all_dim", c.yarn.mscale_all_dim},
                  {"correction_range_round_to_int", c.yarn.round_to_int}};
+  if (c.longrope.enabled)  // LongRoPE's two tables and the choice without a cache
+    j["longrope"] = {{"original_max_position_embeddings", c.longrope.original_max_positions},
+                     {"short_factor", c.longrope.short_factor},
+                     {"long_factor", c.longrope.long_factor},
+                     {"short_mscale", c.longrope.short_mscale},
+                     {"long_mscale", c.longrope.long_mscale},
+                     {"long_without_cache", c.longrope.long_without_cache}};
   return j;
 }
 
@@ -211,6 +219,15 @@ nlohmann::json model_flags_json(const ModelArgs& m) {
     j["yarn_beta_fast"] = unset(m.yarn_beta_fast) ? nlohmann::json() : nlohmann::json(m.yarn_beta_fast);
     j["yarn_beta_slow"] = unset(m.yarn_beta_slow) ? nlohmann::json() : nlohmann::json(m.yarn_beta_slow);
     j["yarn_correction_range_round_to_int"] = m.yarn_correction_range_round_to_int;
+  }
+  if (m.rope_scaling_type == "longrope") {  // MindSpeed-LLM's LongRoPE args, the factor lists parsed as its args hold them
+    j["rope_scaling_type"] = m.rope_scaling_type;
+    j["rope_scaling_original_max_position_embeddings"] = m.rope_scaling_original_max_position_embeddings;
+    j["long_factor"] = m.long_factors;
+    j["short_factor"] = m.short_factors;
+    j["long_mscale"] = unset(m.long_mscale) ? nlohmann::json() : nlohmann::json(m.long_mscale);
+    j["short_mscale"] = unset(m.short_mscale) ? nlohmann::json() : nlohmann::json(m.short_mscale);
+    j["longrope_freqs_type"] = m.longrope_freqs_type;
   }
   return j;
 }
@@ -461,6 +478,27 @@ StatusOr<ModelArgs> model_args_from_json(const nlohmann::json& args, const std::
     if (auto it = args.find("yarn_correction_range_round_to_int"); it != args.end() && !it->is_null())
       GALE_RETURN_IF_ERROR(get(args, "yarn_correction_range_round_to_int", where,
                                &m.yarn_correction_range_round_to_int));
+  }
+  if (auto it = args.find("rope_scaling_type"); it != args.end() && !it->is_null()) {  // LongRoPE's args
+    GALE_RETURN_IF_ERROR(get(args, "rope_scaling_type", where, &m.rope_scaling_type));
+    if (m.rope_scaling_type != "longrope")
+      return InvalidArgument(where, ": args 'rope_scaling_type' is ", it->dump(), ", expected \"longrope\" or None");
+    GALE_RETURN_IF_ERROR(get(args, "rope_scaling_original_max_position_embeddings", where,
+                             &m.rope_scaling_original_max_position_embeddings));
+    for (auto [key, values, text] : {std::tuple{"long_factor", &m.long_factors, &m.long_factor},
+                                     std::tuple{"short_factor", &m.short_factors, &m.short_factor}}) {
+      auto f = args.find(key);
+      if (f == args.end() || !f->is_array() || f->empty() ||
+          !std::all_of(f->begin(), f->end(), [](const nlohmann::json& v) { return v.is_number(); }))
+        return InvalidArgument(where, ": args '", key, "' is ", f == args.end() ? std::string("absent") : f->dump(),
+                               ", expected a list of numbers with rope_scaling_type longrope");
+      *values = f->get<std::vector<double>>();
+      *text = longrope_factor_text(*values);
+    }
+    for (auto [key, out] : {std::pair{"long_mscale", &m.long_mscale}, {"short_mscale", &m.short_mscale}})
+      if (auto v = args.find(key); v != args.end() && !v->is_null()) GALE_RETURN_IF_ERROR(get(args, key, where, out));
+    if (auto v = args.find("longrope_freqs_type"); v != args.end() && !v->is_null())
+      GALE_RETURN_IF_ERROR(get(args, "longrope_freqs_type", where, &m.longrope_freqs_type));
   }
   GALE_RETURN_IF_ERROR(
       get(args, "untie_embeddings_and_output_weights", where, &m.untie_embeddings_and_output_weights));

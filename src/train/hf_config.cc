@@ -1,6 +1,7 @@
 // Parsing and writing Hugging Face config.json for GPT-2, Bloom, LLaMA, Qwen2, Qwen3, Mistral, Mixtral, Qwen2-MoE,
 // Qwen3-MoE and DeepSeek-V3.
 #include "train/hf_config.h"
+#include "train/longrope_factors.h"
 
 #include <algorithm>
 #include <cmath>
@@ -754,16 +755,65 @@ Status read_gemma_activation(const ConfigReader& c, HfModel& out) {
   return Status::Ok();
 }
 
-// Phi-3's own keys: partial_rotary_factor 1 only, rope_scaling null only (longrope / su refused),
+// Phi-3's rope_scaling longrope / su (Phi-3-mini-128k, Phi-3.5) as MindSpeed-LLM's --rope-scaling-type longrope,
+// read as transformers' _compute_longrope_parameters: short_factor / long_factor (head_dim / 2 numbers each),
+// the original context from rope_scaling or else the config's top level, attention_factor (optional) as both
+// --short-mscale and --long-mscale; unset, both use sqrt(1 + ln(max / original) / ln(original)) (Gale's default).
+Status read_phi3_longrope(const ConfigReader& c, ModelArgs* m) {
+  const nlohmann::json& rs = c.json().at("rope_scaling");
+  const std::string why = "Phi-3's rope_scaling is null or {\"type\" (or \"rope_type\"): \"longrope\" or \"su\", "
+                          "\"short_factor\" and \"long_factor\": head_dim / 2 positive numbers each, optional "
+                          "\"attention_factor\" > 0 and \"original_max_position_embeddings\"}";
+  if (!rs.is_object()) return refuse(c, "rope_scaling", why);
+  const std::string type = rs.value("type", rs.value("rope_type", std::string()));
+  if (type != "longrope" && type != "su") return refuse(c, "rope_scaling", why);
+  for (const auto& [key, value] : rs.items())
+    if (key != "type" && key != "rope_type" && key != "short_factor" && key != "long_factor" &&
+        key != "attention_factor" && key != "original_max_position_embeddings")
+      return refuse(c, "rope_scaling", why + "; transformers' Phi-3 ignores '" + key + "'");
+  const int64_t half = m->kv_channels / 2;
+  for (const char* key : {"short_factor", "long_factor"}) {
+    auto f = rs.find(key);
+    if (f == rs.end() || !f->is_array() || static_cast<int64_t>(f->size()) != half ||
+        !std::all_of(f->begin(), f->end(), [](const nlohmann::json& v) { return v.is_number() && v.get<double>() > 0; }))
+      return refuse(c, "rope_scaling", why + "; expected " + std::to_string(half) + " '" + key + "' entries");
+    const bool is_short = key == std::string("short_factor");
+    std::vector<double>& values = is_short ? m->short_factors : m->long_factors;
+    values = f->get<std::vector<double>>();
+    (is_short ? m->short_factor : m->long_factor) = longrope_factor_text(values);
+  }
+  int64_t original = kUnset;
+  if (auto o = rs.find("original_max_position_embeddings"); o != rs.end() && !o->is_null()) {
+    if (!o->is_number_integer() || o->get<int64_t>() <= 1) return refuse(c, "rope_scaling", why);
+    original = o->get<int64_t>();
+  }
+  if (c.set("original_max_position_embeddings")) {
+    GALE_ASSIGN_OR_RETURN(int64_t top, c.positive("original_max_position_embeddings"));
+    if (original != kUnset && original != top)
+      return InvalidArgument(c.path(), ": original_max_position_embeddings ", top, " and rope_scaling's ", original,
+                             " differ (expected one original context)");
+    original = top;
+  }
+  if (original == kUnset || original <= 1)
+    return InvalidArgument(c.path(), ": rope_scaling longrope needs original_max_position_embeddings > 1 (the context "
+                           "the short factors hold up to), found ",
+                           original == kUnset ? std::string("none") : std::to_string(original));
+  if (auto a = rs.find("attention_factor"); a != rs.end() && !a->is_null()) {
+    if (!a->is_number() || !(a->get<double>() > 0)) return refuse(c, "rope_scaling", why);
+    m->short_mscale = m->long_mscale = a->get<double>();
+  }
+  m->rope_scaling_type = "longrope";
+  m->rope_scaling_original_max_position_embeddings = original;
+  return Status::Ok();
+}
+
+// Phi-3's own keys: partial_rotary_factor 1 only, rope_scaling null or longrope / su (read_phi3_longrope),
 // sliding_window as Mistral's (read_sliding_window).
 Status read_phi3(const ConfigReader& c, ModelArgs* m) {
   GALE_ASSIGN_OR_RETURN(double partial, c.number("partial_rotary_factor", 1.0));
   if (partial != 1.0)
     return refuse(c, "partial_rotary_factor", "Phi3ForCausalLM is read with RoPE over the whole head only");
-  if (c.set("rope_scaling"))
-    return refuse(c, "rope_scaling", "Phi-3's longrope (per-dimension short_factor / long_factor switched on the "
-                  "sequence length past original_max_position_embeddings, cos/sin scaled by sqrt(1 + ln(s) / "
-                  "ln(original))) is not in Gale's RoPE; only rope_scaling null (the 4k models) is read");
+  if (c.set("rope_scaling")) GALE_RETURN_IF_ERROR(read_phi3_longrope(c, m));
   return read_sliding_window(c, m->num_layers, /*mistral_like=*/true, /*mistral=*/false, /*per_layer=*/false, m);
 }
 
@@ -1286,12 +1336,18 @@ void add_internlm2_config(const HfModel& hf, nlohmann::json* j) {
     (*j)["rope_scaling"] = hf.internlm2_dynamic_rope;
 }
 
-// Phi-3's keys: no head_dim, RoPE over the whole head, no rope_scaling, Mistral's sliding_window.
+// Phi-3's keys: no head_dim, RoPE over the whole head, rope_scaling null or longrope, Mistral's sliding_window.
 void add_phi3_config(const HfModel& hf, nlohmann::json* j) {
   const ModelArgs& m = hf.model;
   j->erase("head_dim");
-  (*j)["original_max_position_embeddings"] = m.max_position_embeddings;
+  const bool longrope = m.rope_scaling_type == "longrope";
+  (*j)["original_max_position_embeddings"] =
+      longrope ? m.rope_scaling_original_max_position_embeddings : m.max_position_embeddings;
   (*j)["partial_rotary_factor"] = 1.0;
+  if (longrope) {  // Phi-3.5's spelling; one --short-mscale = --long-mscale is transformers' attention_factor
+    (*j)["rope_scaling"] = {{"type", "longrope"}, {"short_factor", m.short_factors}, {"long_factor", m.long_factors}};
+    if (!unset(m.short_mscale)) (*j)["rope_scaling"]["attention_factor"] = m.short_mscale;
+  }
   (*j)["sliding_window"] = m.sliding_window != kUnset ? nlohmann::json(m.sliding_window) : nlohmann::json();
   (*j)["attention_bias"] = false;
   (*j)["resid_pdrop"] = (*j)["embd_pdrop"] = 0.0;
@@ -1605,6 +1661,21 @@ StatusOr<HfModel> hf_model_from_args(const ModelArgs& m, const MoeArgs& moe, int
     return Unimplemented(where, ": the model has --sliding-window ", m.sliding_window, ", which ",
                          hf_architecture_name(out.arch), " cannot hold (written as MistralForCausalLM, "
                          "MixtralForCausalLM, Qwen2ForCausalLM, Qwen2MoeForCausalLM or Qwen3ForCausalLM)");
+  if (m.rope_scaling_type == "longrope") {  // only Phi-3's config holds LongRoPE
+    if (out.arch != HfArchitecture::kLlama && out.arch != HfArchitecture::kMistral)
+      return Unimplemented(where, ": the model has --rope-scaling-type longrope, which Gale writes only as "
+                           "Phi3ForCausalLM (LLaMA's block: RMSNorm, SwiGLU, no biases, no experts), found a ",
+                           hf_architecture_name(out.arch));
+    if (m.kv_channels * m.num_attention_heads != m.hidden_size || m.rotary_percent != 1.0 || m.rotary_interleaved)
+      return Unimplemented(where, ": the model has --rope-scaling-type longrope, which Gale writes only as "
+                           "Phi3ForCausalLM: expected --kv-channels = hidden / heads and RoPE over whole heads in "
+                           "halves, found --kv-channels ", m.kv_channels, ", --rotary-percent ", m.rotary_percent,
+                           m.rotary_interleaved ? ", --rotary-interleaved" : "");
+    if (!unset(m.short_mscale) && m.short_mscale != m.long_mscale)
+      return Unimplemented(where, ": --short-mscale ", m.short_mscale, " and --long-mscale ", m.long_mscale,
+                           ": Phi-3's config holds one attention_factor for both");
+    out.arch = HfArchitecture::kPhi3;
+  }
   if (vocab_size <= 0 || vocab_size > m.padded_vocab_size)
     return InvalidArgument("--vocab-size ", vocab_size, ": expected 1 to the checkpoint's padded vocabulary ",
                            m.padded_vocab_size);
@@ -1780,9 +1851,12 @@ std::string hf_keep_source_architecture(HfModel* m, const nlohmann::json& hf_sou
     why = str_cat("--kv-channels ", a.kv_channels, " is not hidden / heads");
   else if (a.position_embedding_type != "rope" || a.use_rope_scaling)
     why = "its RoPE scaling (yarn or llama3) has no place in its config";
+  else if (internlm2 && a.rope_scaling_type == "longrope")
+    why = "InternLM2 has no LongRoPE (--rope-scaling-type longrope)";
   else if (internlm2 && m->arch != HfArchitecture::kLlama)
     why = str_cat("it is a ", hf_architecture_name(m->arch), " (biases, norms, a window or experts InternLM2 lacks)");
-  else if (!internlm2 && m->arch != HfArchitecture::kLlama && m->arch != HfArchitecture::kMistral)
+  else if (!internlm2 && m->arch != HfArchitecture::kLlama && m->arch != HfArchitecture::kMistral &&
+           m->arch != HfArchitecture::kPhi3)  // kPhi3: a LongRoPE model (hf_model_from_args)
     why = str_cat("it is a ", hf_architecture_name(m->arch), " (biases, norms or experts Phi-3 lacks)");
   else if (!internlm2 && !unset(a.rotary_seq_len_interpolation_factor))
     why = "Phi-3 has no linear RoPE interpolation (--rotary-seq-len-interpolation-factor)";

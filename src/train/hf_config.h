@@ -91,8 +91,11 @@
 //   Phi3ForCausalLM     Phi-3 / Phi-3.5-mini: LLaMA's block with fused self_attn.qkv_proj [q; k; v] and
 //                       mlp.gate_up_proj [gate; up]; sliding_window W -> --sliding-window W as Mistral's (none
 //                       when null or at least max_position_embeddings); partial_rotary_factor must be 1;
-//                       rope_scaling must be null: longrope / su (per-dimension short_factor / long_factor chosen
-//                       by the sequence length, cos/sin scaled by sqrt(1 + ln(s) / ln(original))) is refused.
+//                       rope_scaling null, or longrope / su -> --rope-scaling-type longrope with --short-factor /
+//                       --long-factor, --rope-scaling-original-max-position-embeddings (rope_scaling's or the
+//                       top-level original_max_position_embeddings) and attention_factor as both mscales
+//                       (model/longrope_rope.h); written back as Phi-3.5 spells it. A Gale LongRoPE model is
+//                       written only as Phi3ForCausalLM (hf_model_from_args).
 //   BaichuanForCausalLM Baichuan2-7B (trust_remote_code): LLaMA's multi-head block with the fused
 //                       self_attn.W_pack [q; k; v]; RoPE base 10000 (no rope_theta key; another rope_theta is
 //                       refused); lm_head is a NormHead (each vocabulary row divided by its L2 norm in the forward):

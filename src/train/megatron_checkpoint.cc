@@ -669,6 +669,9 @@ Status write_megatron_checkpoint(const MegatronSaveOptions& o, const ModelArgs& 
                            "so its checkpoint args cannot hold this factor");
     set_int("rotary_seq_len_interpolation_factor", static_cast<int64_t>(f));
   }
+  if (model.rope_scaling_type == "longrope")  // MindSpeed-LLM's LongRoPE: no place in Megatron-LM's args
+    return Unimplemented("--rope-scaling-type longrope: Megatron-LM's checkpoint args have no LongRoPE (MindSpeed-LLM's "
+                         "flags), so a Megatron-format checkpoint would lose it; save a Gale or Hugging Face checkpoint");
   set_bool("rotary_interleaved", model.rotary_interleaved);
   ns->set("normalization", PyValue::str(model.normalization));
   ns->set("norm_epsilon", PyValue::real(model.norm_epsilon));

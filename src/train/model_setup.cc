@@ -5,6 +5,7 @@
 
 #include "model/hybrid_layers.h"
 #include "model/hybrid_pattern.h"
+#include "model/longrope_rope.h"
 #include "train/heterogeneous_config.h"
 #include "train/mup.h"
 #include "train/batch_size_rampup.h"
@@ -116,6 +117,17 @@ ModelConfig model_config_from_args(const Arguments& a) {
     if (!unset(m.yarn_beta_fast)) c.yarn.beta_fast = m.yarn_beta_fast;
     if (!unset(m.yarn_beta_slow)) c.yarn.beta_slow = m.yarn_beta_slow;
     c.yarn.round_to_int = m.yarn_correction_range_round_to_int;
+  }
+  if (m.rope_scaling_type == "longrope") {  // validated: train/arguments_longrope.cc
+    c.longrope.enabled = true;
+    c.longrope.original_max_positions = m.rope_scaling_original_max_position_embeddings;
+    c.longrope.short_factor = m.short_factors;
+    c.longrope.long_factor = m.long_factors;
+    const bool given = !unset(m.long_mscale);  // both or neither
+    const double fallback = longrope_default_mscale(m.max_position_embeddings, c.longrope.original_max_positions);
+    c.longrope.short_mscale = given ? m.short_mscale : fallback;
+    c.longrope.long_mscale = given ? m.long_mscale : fallback;
+    c.longrope.long_without_cache = m.seq_length > c.longrope.original_max_positions;
   }
   c.rope_position_scale = unset(m.rotary_seq_len_interpolation_factor) ? 1.0 : 1.0 / m.rotary_seq_len_interpolation_factor;
   c.sliding_window = m.sliding_window == kUnset ? 0 : m.sliding_window;

@@ -191,15 +191,13 @@ TEST(HfConvertErrors, Phi3OptionsGaleDoesNotHave) {
     return error_of(dir, tmp);
   };
   const std::string cfg = dir + "/config.json";
-  // Phi-3.5-mini's longrope (factors shortened to the fixture's 8 frequencies).
-  const nlohmann::json longrope = {{"type", "longrope"},
-                                   {"short_factor", {1.0, 1.0, 1.1, 1.2, 1.5, 2.0, 2.5, 3.0}},
-                                   {"long_factor", {1.0, 1.1, 1.4, 2.0, 3.0, 5.0, 8.0, 12.0}}};
-  EXPECT_EQ(refused([&](nlohmann::json& j) { j["rope_scaling"] = longrope; }),
-            cfg + ": 'rope_scaling' = " + longrope.dump() +
-                " is not supported yet (Phi-3's longrope (per-dimension short_factor / long_factor switched on the "
-                "sequence length past original_max_position_embeddings, cos/sin scaled by sqrt(1 + ln(s) / "
-                "ln(original))) is not in Gale's RoPE; only rope_scaling null (the 4k models) is read)");
+  // Phi-3's rope_scaling is longrope (hf_convert_phi3_longrope_test.cc) or null: linear is refused.
+  const nlohmann::json linear = {{"type", "linear"}, {"factor", 2.0}};
+  EXPECT_EQ(refused([&](nlohmann::json& j) { j["rope_scaling"] = linear; }),
+            cfg + ": 'rope_scaling' = " + linear.dump() +
+                " is not supported yet (Phi-3's rope_scaling is null or {\"type\" (or \"rope_type\"): \"longrope\" or "
+                "\"su\", \"short_factor\" and \"long_factor\": head_dim / 2 positive numbers each, optional "
+                "\"attention_factor\" > 0 and \"original_max_position_embeddings\"})");
   EXPECT_EQ(refused([](nlohmann::json& j) { j["partial_rotary_factor"] = 0.5; }),
             cfg + ": 'partial_rotary_factor' = 0.5 is not supported yet (Phi3ForCausalLM is read with RoPE over the "
                   "whole head only)");

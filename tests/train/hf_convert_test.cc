@@ -118,7 +118,7 @@ INSTANTIATE_TEST_SUITE_P(Architectures, HfFixture,
                          ::testing::Values("gpt2", "bloom", "llama", "qwen2", "mistral", "mixtral", "qwen2_moe",
                                            "deepseek_v3", "qwen3", "mistral_swa", "qwen2_yarn", "qwen3_moe",
                                            "qwen3_next", "gpt_oss", "deepseek_v3_dense", "qwen2_swa",
-                                           "qwen3_next_gated", "internlm2", "phi3"));
+                                           "qwen3_next_gated", "internlm2", "phi3", "phi3_longrope"));
 
 // Qwen3: q_norm/k_norm become --qk-layernorm's q_layernorm/k_layernorm (recorded in the checkpoint
 // args), head_dim 24 (not hidden/heads = 16) becomes --kv-channels; the golden logits see a swap of
