@@ -200,7 +200,8 @@ using Fsdp2Run = testing::Zero3Run;
 // and then differs by an ulp, and where that crosses a bf16 rounding boundary its bf16 copy moves
 // by 2⁻⁸ relative — measured at DP 2: losses within 3e-6, gradient norms 3e-4, the parameters
 // 2.2e-4 (relative) after 5 iterations; tolerances 2e-5, 1e-3 and 1e-3. reduce_dtype bf16
-// (--bf16's default, Megatron's) trains within 2e-4 of it and is not bitwise the same.
+// (--bf16's default, Megatron's) trains within 2e-4 of it and is not bitwise the same; so does HSDP
+// (sharding_size 2 at DP 4), whose replicas all-reduce the bf16-reduced shards in bf16 too.
 TEST(Fsdp2Precision, Bf16TrainsAsSingleProcessBf16) {
   Comm world = test::world();
   if (world->size() == 1) GTEST_SKIP() << "needs data parallelism";
@@ -224,6 +225,14 @@ TEST(Fsdp2Precision, Bf16TrainsAsSingleProcessBf16) {
     all_equal = all_equal && bf16_reduce.grad_norms[i] == f32_reduce.grad_norms[i];
   }
   EXPECT_FALSE(all_equal) << "reduce_dtype bf16 should round the reduced gradients";
+  if (world->size() >= 4) {  // HSDP (2 replicas): the bf16 reduce-scatter, then the bf16 all-reduce over the replicas
+    Fsdp2Run hsdp(world, testing::kTinyLlama, fsdp2(world, "sharding_size: 2\n", {"--bf16"}));
+    hsdp.train(5);
+    EXPECT_EQ(hsdp.engine->zero3[0]->shard_group_size(), 2);
+    EXPECT_NEAR(hsdp.losses[0], single.losses[0], 1e-9 * single.losses[0]) << "HSDP, the first loss";
+    for (int i = 0; i < 5; ++i)
+      EXPECT_NEAR(hsdp.losses[i], single.losses[i], 2e-4 * single.losses[i]) << "HSDP reduce bf16, iteration " << i + 1;
+  }
   EXPECT_LT(testing::shard_vs_replicated(f32_reduce.model().params(), single.model().params()), 1e-3);
   if (world->rank() == 0)
     for (int i = 0; i < 5; ++i)
