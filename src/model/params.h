@@ -217,8 +217,9 @@ class ParamBuffer {
   int64_t grad_storage_bytes() const;
 
   // ZeRO-3 (optim/zero3_sync.h). shard_storage (after finalize and initialize; all parameters
-  // trainable; no GEMM copy, or a bf16 one with `values`: gathers_bf16 below) keeps of every unit only this rank's shard of its values (taken from
-  // the flat buffer, which is then freed) and a zeroed shard of its gradients, in two compact
+  // trainable; no GEMM copy, or a bf16 one with `values`: gathers_bf16 below) keeps of every unit
+  // only this rank's shard of its values (taken from the flat buffer, which is then freed) and a
+  // zeroed shard of its gradients, in two compact
   // buffers; `units` tile [0, numel()) in flat order and each holds whole parameters. A unit's
   // whole values and gradients exist only between set_unit_storage and release_unit: param_data /
   // grad_data of a parameter of a released unit fail a GALE_CHECK naming it. With `values` false
