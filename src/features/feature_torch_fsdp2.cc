@@ -10,16 +10,18 @@
 // by default) form FSDP2's root, gathered from the forward's start to the backward's end. The YAML
 // keys (train/fsdp2_config.h): sub_modules_to_wrap, reshard_after_forward, num_to_forward_prefetch
 // (asynchronous all-gathers of the next wrapped units), recompute_modules [layers] (full
-// recomputation, one layer per group), fp32 dtypes, offload/pin accepted without effect on a CPU,
+// recomputation, one layer per group), param_dtype / reduce_dtype (bf16: with --bf16, the linear
+// weights all-gathered as bf16 from the f32 master shards; reduce-scatter in bf16; output_dtype
+// bf16 and fp16 refused), offload/pin accepted without effect on a CPU,
 // ignored_modules refused. Without the file: Megatron's
 // --use-torch-fsdp2 (whole DP, embedding and layers wrapped, reshard after forward).
 //
 // Rules: Megatron's (no pipeline or expert parallelism, no distributed optimizer, no --fp16,
 // --untie-embeddings-and-output-weights required), no --layerzero or --use-custom-fsdp with it,
-// and ZeRO-3's restrictions (docs/parallelism.md §16: DP only, fp32). Level 2, as MindSpeed's;
-// below it training is plain data parallelism (a notice says so). The flags belong to the
+// and ZeRO-3's restrictions (docs/parallelism.md §16: DP only; fp32 or, FSDP2 only, --bf16).
+// Level 2, as MindSpeed's; below it training is plain data parallelism (a notice says so). The flags belong to the
 // distributed argument group (train/arguments.cc). Tests: tests/optim/fsdp2_mpi_test.cc,
-// tests/train/fsdp2_config_test.cc.
+// tests/optim/fsdp2_precision_mpi_test.cc, tests/train/fsdp2_config_test.cc.
 #include "features/registry.h"
 #include "train/fsdp2_config.h"
 
@@ -38,7 +40,8 @@ class TorchFsdp2 : public Feature {
   }
   std::string description() const override {
     return "PyTorch FSDP2 on Gale's ZeRO-3 (--fsdp2-config-path YAML: sharding_size (HSDP below DP), "
-           "sub_modules_to_wrap, reshard_after_forward, num_to_forward_prefetch); DP only, fp32, untied embeddings; "
+           "sub_modules_to_wrap, reshard_after_forward, num_to_forward_prefetch, param_dtype/reduce_dtype bf16 with "
+           "--bf16); DP only, untied embeddings; "
            "conflicts with --layerzero, --use-custom-fsdp and the distributed optimizer";
   }
   bool requested(const FeatureContext& ctx) const override { return ctx.args->parallel.use_torch_fsdp2; }

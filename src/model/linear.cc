@@ -140,8 +140,9 @@ LinearWeight linear_weight(const ParamBuffer& pb, int id, SgemmFn gemm, Bf16Gemm
   const Shape shape = pb.spec(id).local_shape();
   float* grad = pb.spec(id).trainable ? pb.grad_data(id) : nullptr;  // frozen: no dW GEMM
   const DType copy = pb.gemm_copy_dtype();
-  // --reuse-fp32-param: a weight stored split has no f32 values to read (the GEMM copy only).
-  LinearWeight w{pb.is_split(id) ? nullptr : pb.param_data(id),
+  // --reuse-fp32-param: a weight stored split has no f32 values to read (the GEMM copy only); nor
+  // has one gathered in bf16 (FSDP2 param_dtype bf16, model/params.h gathers_bf16).
+  LinearWeight w{pb.f32_readable(id) ? pb.param_data(id) : nullptr,
                       copy == DType::kBF16 ? pb.param_bf16_data(id) : nullptr,
                       copy == DType::kF16 ? pb.param_f16_data(id) : nullptr,
                       grad,

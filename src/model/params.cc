@@ -456,7 +456,37 @@ int64_t ParamBuffer::grad_storage_bytes() const {
 float* ParamBuffer::unit_param_data(int id) const {
   const int u = unit_of(id);
   GALE_CHECK(unit_gathered(u)) << spec(id).name << " is read while its ZeRO-3 unit " << u << " is not gathered";
-  return unit_values_[static_cast<size_t>(u)].data<float>() + (spec(id).offset - units_[static_cast<size_t>(u)].begin);
+  if (unit_values_bf16_.empty() || !unit_values_bf16_[static_cast<size_t>(u)].defined())
+    return unit_values_[static_cast<size_t>(u)].data<float>() + (spec(id).offset - units_[static_cast<size_t>(u)].begin);
+  GALE_CHECK(!spec(id).gemm_weight) << spec(id).name << " is read in f32 while its unit " << u
+                                    << " is gathered in bf16 (FSDP2 param_dtype bf16): read its bf16 values";
+  return unit_values_[static_cast<size_t>(u)].data<float>() + compact_offset(id);
+}
+
+const bf16* ParamBuffer::unit_param_bf16_data(int id) const {
+  const int u = unit_of(id);
+  GALE_CHECK(unit_gathered(u)) << spec(id).name << " is read while its ZeRO-3 unit " << u << " is not gathered";
+  GALE_CHECK(spec(id).gemm_weight && unit_values_bf16_[static_cast<size_t>(u)].defined())
+      << spec(id).name << " has no bf16 values: FSDP2 param_dtype bf16 gathers the transformer layers' linear "
+      << "weights in bf16" << (spec(id).gemm_weight ? " (its unit is gathered in f32 now)" : "");
+  return unit_values_bf16_[static_cast<size_t>(u)].data<bf16>() + compact_offset(id);
+}
+
+bool ParamBuffer::f32_readable(int id) const {
+  if (is_split(id)) return false;
+  if (!sharded_bf16_ || !spec(id).gemm_weight) return true;
+  const int u = unit_of(id);
+  return !unit_values_bf16_[static_cast<size_t>(u)].defined();
+}
+
+void ParamBuffer::set_unit_storage_bf16(int u, Tensor values, Tensor values_bf16, Tensor grads) {
+  GALE_CHECK(sharded_bf16_) << "set_unit_storage_bf16: the buffer does not gather in bf16";
+  const ParamUnit& x = unit(u);
+  GALE_CHECK(values.dtype() == DType::kF32 && values_bf16.dtype() == DType::kBF16 &&
+             grads.numel() >= x.end - x.begin);
+  unit_values_[static_cast<size_t>(u)] = std::move(values);
+  unit_values_bf16_[static_cast<size_t>(u)] = std::move(values_bf16);
+  unit_grads_[static_cast<size_t>(u)] = std::move(grads);
 }
 
 float* ParamBuffer::unit_grad_data(int id) const {
@@ -469,7 +499,10 @@ float* ParamBuffer::unit_grad_data(int id) const {
 void ParamBuffer::shard_storage(std::vector<ParamUnit> units, bool values) {
   GALE_CHECK(params_.defined() && !sharded_) << "shard_storage: a finalized, unsharded buffer";
   GALE_CHECK(grad_alias_.empty()) << "shard_storage: not with alias_grads";
-  GALE_CHECK(!has_frozen() && !has_gemm_copy()) << "shard_storage: frozen parameters or a GEMM copy";
+  GALE_CHECK(!has_frozen() && !reuse_fp32_) << "shard_storage: frozen parameters or --reuse-fp32-param";
+  // A GEMM copy: bf16 with sharded values only (FSDP2's param_dtype bf16: gathers_bf16).
+  GALE_CHECK(!params_gemm_.defined() || (values && params_gemm_.dtype() == DType::kBF16))
+      << "shard_storage: a GEMM copy other than bf16 with sharded values";
   int64_t at = 0, shard = 0;
   for (ParamUnit& x : units) {
     GALE_CHECK(x.begin == at && x.end > x.begin && x.own_begin >= x.begin && x.own_end <= x.end &&
@@ -501,6 +534,22 @@ void ParamBuffer::shard_storage(std::vector<ParamUnit> units, bool values) {
   unit_grads_.assign(units_.size(), Tensor());
   sharded_ = true;
   values_sharded_ = values;
+  if (params_gemm_.defined()) {  // FSDP2 param_dtype bf16: the whole copy goes; each gather makes its unit's
+    params_gemm_ = Tensor();
+    sharded_bf16_ = true;
+    unit_values_bf16_.assign(units_.size(), Tensor());
+    compact_offset_.assign(specs_.size(), 0);
+    std::vector<int> order(specs_.size());  // flat order
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+    std::sort(order.begin(), order.end(), [this](int a, int b) { return spec(a).offset < spec(b).offset; });
+    std::vector<int64_t> f32_at(units_.size(), 0), bf16_at(units_.size(), 0);
+    for (int id : order) {
+      const size_t u = static_cast<size_t>(unit_of(id));
+      int64_t& at = spec(id).gemm_weight ? bf16_at[u] : f32_at[u];
+      compact_offset_[static_cast<size_t>(id)] = at;
+      at += spec(id).local_numel();
+    }
+  }
 }
 
 void ParamBuffer::set_unit_storage(int u, Tensor values, Tensor grads) {
@@ -512,6 +561,7 @@ void ParamBuffer::set_unit_storage(int u, Tensor values, Tensor grads) {
 }
 
 void ParamBuffer::release_unit(int u) {
+  if (sharded_bf16_) unit_values_bf16_.at(static_cast<size_t>(u)) = Tensor();
   unit_values_.at(static_cast<size_t>(u)) = Tensor();
   unit_grads_.at(static_cast<size_t>(u)) = Tensor();
 }
@@ -527,7 +577,8 @@ int64_t ParamBuffer::gathered_bytes() const {
   for (size_t u = 0; u < unit_values_.size(); ++u)
     if (unit_grads_[u].defined())
       bytes += static_cast<int64_t>(unit_grads_[u].nbytes()) +
-               (unit_values_[u].defined() ? static_cast<int64_t>(unit_values_[u].nbytes()) : 0);
+               (unit_values_[u].defined() ? static_cast<int64_t>(unit_values_[u].nbytes()) : 0) +
+               (sharded_bf16_ && unit_values_bf16_[u].defined() ? static_cast<int64_t>(unit_values_bf16_[u].nbytes()) : 0);
   return bytes;
 }
 

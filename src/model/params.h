@@ -217,8 +217,9 @@ class ParamBuffer {
   int64_t grad_storage_bytes() const;
 
   // ZeRO-3 (optim/zero3_sync.h). shard_storage (after finalize and initialize; all parameters
-  // trainable, no GEMM copy) keeps of every unit only this rank's shard of its values (taken from
-  // the flat buffer, which is then freed) and a zeroed shard of its gradients, in two compact
+  // trainable; no GEMM copy, or a bf16 one with `values`: gathers_bf16 below) keeps of every unit
+  // only this rank's shard of its values (taken from the flat buffer, which is then freed) and a
+  // zeroed shard of its gradients, in two compact
   // buffers; `units` tile [0, numel()) in flat order and each holds whole parameters. A unit's
   // whole values and gradients exist only between set_unit_storage and release_unit: param_data /
   // grad_data of a parameter of a released unit fail a GALE_CHECK naming it. With `values` false
@@ -244,6 +245,22 @@ class ParamBuffer {
   // Bytes of the compact shards (values + gradients) and of the gathered units now.
   int64_t shard_bytes() const;
   int64_t gathered_bytes() const;
+
+  // FSDP2's param_dtype bf16 (--use-torch-fsdp2 with --bf16, optim/zero3_sync.h): shard_storage of a
+  // buffer with a bf16 GEMM copy frees the whole copy and gathers_bf16() turns on. A unit is then
+  // gathered in one of two forms. For the model (set_unit_storage_bf16): every
+  // ParamSpec::gemm_weight parameter as bf16 only — the values Gale's --bf16 GEMMs read
+  // (param_bf16_data), 2 bytes each; its param_data fails a GALE_CHECK and f32_readable is false —
+  // and every other parameter (norms, biases, embedding, output layer: what --bf16 reads in f32)
+  // as f32; each kind packed in flat order, a parameter at compact_offset of its kind's storage.
+  // For checkpoints (set_unit_storage): every parameter in f32 as without bf16, no bf16 copy.
+  bool gathers_bf16() const { return sharded_bf16_; }
+  bool f32_readable(int id) const;  // false: stored split, or a GEMM weight of a unit gathered in bf16
+  int64_t compact_offset(int id) const { return compact_offset_.at(static_cast<size_t>(id)); }
+  // `values`: f32, at least the unit's non-GEMM elements; `values_bf16`: bf16, at least its GEMM
+  // elements; `grads`: f32 as set_unit_storage's.
+  void set_unit_storage_bf16(int u, Tensor values, Tensor values_bf16, Tensor grads);
+  const Tensor& unit_values_bf16(int u) const { return unit_values_bf16_.at(static_cast<size_t>(u)); }
 
   // --bf16 / --fp16: a bf16 or f16 copy of every parameter for the model's GEMMs (the GEMM copy);
   // the f32 buffer stays the optimizer's master copy (and gradients stay f32). Call
@@ -271,17 +288,18 @@ class ParamBuffer {
   // So every finite f — ±0, denormals, ties, values up to FLT_MAX that round to ±Inf in bf16 — is
   // reconstructed bit for bit; ±Inf too; a NaN stays a NaN of the same sign (quiet, as b).
   void enable_gemm_copy(DType dtype, bool reuse_fp32 = false);  // kBF16 or kF16
-  bool has_gemm_copy() const { return params_gemm_.defined() || reuse_fp32_; }
+  bool has_gemm_copy() const { return params_gemm_.defined() || reuse_fp32_ || sharded_bf16_; }
   bool reuses_fp32() const { return reuse_fp32_; }
   // Whether parameter `id` is stored split (bf16 + residual).
   bool is_split(int id) const { return reuse_fp32_ && split_[static_cast<size_t>(id)]; }
   // The copy's type: kBF16, kF16, or kF32 when there is none.
   DType gemm_copy_dtype() const {
-    return reuse_fp32_ ? DType::kBF16 : has_gemm_copy() ? params_gemm_.dtype() : DType::kF32;
+    return reuse_fp32_ || sharded_bf16_ ? DType::kBF16 : has_gemm_copy() ? params_gemm_.dtype() : DType::kF32;
   }
   // The GEMM copy of parameter `id`; with --reuse-fp32-param only a split parameter has one (null
   // for the others).
   const bf16* param_bf16_data(int id) const {
+    if (sharded_bf16_) return unit_param_bf16_data(id);
     if (reuse_fp32_)
       return is_split(id) ? reinterpret_cast<const bf16*>(params_.data<float>() + spec(id).offset) : nullptr;
     return params_gemm_.data<bf16>() + spec(id).offset;
@@ -313,6 +331,7 @@ class ParamBuffer {
  private:
   float* unit_param_data(int id) const;
   float* unit_grad_data(int id) const;
+  const bf16* unit_param_bf16_data(int id) const;
   int unit_at(int64_t offset) const;  // the unit holding flat element `offset`
   // Split storage of parameter `id` (a piece [begin, begin + count) of its local elements).
   void merge_split(int id, int64_t begin, int64_t count, float* out) const;
@@ -335,6 +354,10 @@ class ParamBuffer {
   std::vector<int> unit_of_param_;
   Tensor shard_values_, shard_grads_;
   std::vector<Tensor> unit_values_, unit_grads_;
+  // gathers_bf16: per parameter its offset in its kind's compact storage; per unit the bf16 values.
+  bool sharded_bf16_ = false;
+  std::vector<int64_t> compact_offset_;
+  std::vector<Tensor> unit_values_bf16_;
 };
 
 // Stream id of a parameter's initial values: a hash of its name.

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/optimizer.h"
 
 namespace gale {
@@ -48,6 +49,77 @@ Zero3Sync::Zero3Sync(ParamBuffer* params, Comm dp, const std::vector<std::vector
   root_grads_pending_ = root_;
   for (int id : options_.root_params) root_[static_cast<size_t>(params_->unit_of(id))] = 1;
   GALE_CHECK(options_.forward_prefetch >= 0);
+  if (params_->gathers_bf16()) {  // FSDP2 param_dtype bf16: what each rank sends of each unit
+    const int n = params_->num_units();
+    pieces_.assign(static_cast<size_t>(n), std::vector<Piece>(static_cast<size_t>(dp_size_)));
+    payload_words_.assign(static_cast<size_t>(n), 0);
+    unit_f32_numel_.assign(static_cast<size_t>(n), 0);
+    unit_bf16_numel_.assign(static_cast<size_t>(n), 0);
+    std::vector<std::vector<int>>& members = unit_members_;
+    members.assign(static_cast<size_t>(n), {});
+    for (int id = 0; id < params_->size(); ++id) members[static_cast<size_t>(params_->unit_of(id))].push_back(id);
+    for (std::vector<int>& m : members)
+      std::sort(m.begin(), m.end(), [this](int a, int b) { return params_->spec(a).offset < params_->spec(b).offset; });
+    for (int u = 0; u < n; ++u) {
+      const ParamUnit& x = params_->unit(u);
+      const int64_t s = x.padded / dp_size_;
+      for (int64_t r = 0; r < dp_size_; ++r) {
+        const int64_t a = std::min(x.end, x.begin + r * s), b = std::min(x.end, x.begin + (r + 1) * s);
+        Piece& p = pieces_[static_cast<size_t>(u)][static_cast<size_t>(r)];
+        for (int id : members[static_cast<size_t>(u)]) {  // each parameter's elements before, and inside, [a, b)
+          const ParamSpec& sp = params_->spec(id);
+          const int64_t lo = sp.offset, hi = sp.offset + sp.local_numel();
+          const int64_t before = std::max<int64_t>(0, std::min(hi, a) - lo);
+          const int64_t inside = std::max<int64_t>(0, std::min(hi, b) - std::max(lo, a));
+          (sp.gemm_weight ? p.bf16_at : p.f32_at) += before;
+          (sp.gemm_weight ? p.bf16_count : p.f32_count) += inside;
+        }
+        payload_words_[static_cast<size_t>(u)] =
+            std::max(payload_words_[static_cast<size_t>(u)], 2 * p.f32_count + p.bf16_count);
+        unit_f32_numel_[static_cast<size_t>(u)] += p.f32_count;
+        unit_bf16_numel_[static_cast<size_t>(u)] += p.bf16_count;
+      }
+    }
+  }
+}
+
+Tensor Zero3Sync::pack_bf16_payload(int u) const {
+  const Piece& p = pieces_[static_cast<size_t>(u)][static_cast<size_t>(dp_rank_)];
+  const ParamUnit& x = params_->unit(u);
+  Tensor mine = Tensor::zeros({std::max<int64_t>(payload_words(u), 1)}, DType::kBF16);
+  float* f32 = reinterpret_cast<float*>(mine.raw());  // f32_count f32 elements, then bf16_count bf16 ones
+  bf16* half = mine.data<bf16>() + 2 * p.f32_count;
+  const float* shard = params_->shard_values(u);
+  int64_t nf = 0, nb = 0;
+  for (int id : unit_members_[static_cast<size_t>(u)]) {  // flat order: each kind's elements in flat order
+    const ParamSpec& sp = params_->spec(id);
+    const int64_t lo = std::max(sp.offset, x.own_begin), hi = std::min(sp.offset + sp.local_numel(), x.own_end);
+    if (hi <= lo) continue;
+    if (sp.gemm_weight) {
+      convert_f32_to_bf16(shard + (lo - x.own_begin), half + nb, hi - lo);
+      nb += hi - lo;
+    } else {
+      std::memcpy(f32 + nf, shard + (lo - x.own_begin), static_cast<size_t>(hi - lo) * sizeof(float));
+      nf += hi - lo;
+    }
+  }
+  GALE_CHECK(nf == p.f32_count && nb == p.bf16_count) << "unit " << u << ": the bf16 payload does not match its plan";
+  return mine;
+}
+
+void Zero3Sync::unpack_bf16_payloads(int u, const Tensor& all) {
+  const ParamUnit& x = params_->unit(u);
+  Tensor values = Tensor::empty({std::max<int64_t>(unit_f32_numel_[static_cast<size_t>(u)], 1)});
+  Tensor values_bf16 = Tensor::empty({std::max<int64_t>(unit_bf16_numel_[static_cast<size_t>(u)], 1)}, DType::kBF16);
+  const int64_t w = payload_words(u);
+  for (int64_t r = 0; r < dp_size_; ++r) {
+    const Piece& p = pieces_[static_cast<size_t>(u)][static_cast<size_t>(r)];
+    const bf16* payload = all.data<bf16>() + r * w;
+    std::memcpy(values.data<float>() + p.f32_at, payload, static_cast<size_t>(p.f32_count) * sizeof(float));
+    std::memcpy(values_bf16.data<bf16>() + p.bf16_at, payload + 2 * p.f32_count,
+                static_cast<size_t>(p.bf16_count) * sizeof(bf16));
+  }
+  params_->set_unit_storage_bf16(u, std::move(values), std::move(values_bf16), Tensor::zeros({x.padded}));
 }
 
 std::pair<int64_t, int64_t> Zero3Sync::piece(int u) const {
@@ -72,8 +144,15 @@ void Zero3Sync::finish_grad_sync() {
   if (!options_.replicas || replica_count_ == 1) return;
   int64_t n = 0;  // the compact gradient shards: the same layout on every replica
   for (int u = 0; u < params_->num_units(); ++u) n += params_->unit(u).own_end - params_->unit(u).own_begin;
-  if (n > 0 && params_->num_units() > 0)
-    options_.replicas->all_reduce(params_->shard_grads(0), n, DType::kF32, ReduceOp::kSum);
+  if (n <= 0 || params_->num_units() == 0) return;
+  if (options_.reduce_bf16) {  // reduce_dtype bf16: the replicas' sum in bf16 too
+    Tensor half = Tensor::empty({n}, DType::kBF16);
+    convert_f32_to_bf16(params_->shard_grads(0), half.data<bf16>(), n);
+    options_.replicas->all_reduce(half.raw(), n, DType::kBF16, ReduceOp::kSum);
+    convert_bf16_to_f32(half.data<bf16>(), params_->shard_grads(0), n);
+    return;
+  }
+  options_.replicas->all_reduce(params_->shard_grads(0), n, DType::kF32, ReduceOp::kSum);
 }
 
 void Zero3Sync::after_optimizer_step() {
@@ -126,6 +205,15 @@ void Zero3Sync::start_gather(int u) {
   const int64_t s = x.padded / dp_size_, own = x.own_end - x.own_begin;
   Pending p;
   p.unit = u;
+  if (bf16_gather(u)) {  // param_dtype bf16: the packed payloads
+    p.mine = pack_bf16_payload(u);
+    p.values = Tensor::empty({p.mine.numel() * dp_size_}, DType::kBF16);
+    p.work = dp_->all_gather_async(p.mine.raw(), p.values.raw(), p.mine.numel(), DType::kBF16);
+    pending_.push_back(std::move(p));
+    ++prefetched_;
+    note_peak();
+    return;
+  }
   p.values = Tensor::empty({x.padded});
   p.mine = Tensor::zeros({s});  // the last ranks' shards may be short: padded with zeros
   std::memcpy(p.mine.raw(), params_->shard_values(u), static_cast<size_t>(own) * sizeof(float));
@@ -135,7 +223,7 @@ void Zero3Sync::start_gather(int u) {
   note_peak();
 }
 
-void Zero3Sync::gather(int u) {
+void Zero3Sync::gather(int u, bool full) {
   if (params_->unit_gathered(u)) return;
   const ParamUnit& x = params_->unit(u);
   for (size_t i = 0; i < pending_.size(); ++i) {  // prefetched: wait for it
@@ -143,7 +231,25 @@ void Zero3Sync::gather(int u) {
     Pending p = std::move(pending_[i]);
     pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
     p.work->wait();
-    params_->set_unit_storage(u, std::move(p.values), Tensor::zeros({x.padded}));
+    if (bf16_gather(u)) {
+      p.mine = Tensor();
+      unpack_bf16_payloads(u, p.values);
+    } else {
+      params_->set_unit_storage(u, std::move(p.values), Tensor::zeros({x.padded}));
+    }
+    note_peak();
+    return;
+  }
+  if (!full && bf16_gather(u)) {  // param_dtype bf16: one all-gather of the packed payloads
+    Tensor mine = pack_bf16_payload(u);
+    Tensor all = Tensor::empty({mine.numel() * dp_size_}, DType::kBF16);
+    if (dp_size_ == 1)
+      std::memcpy(all.raw(), mine.raw(), mine.nbytes());
+    else
+      dp_->all_gather(mine.raw(), all.raw(), mine.numel(), DType::kBF16);
+    mine = Tensor();
+    unpack_bf16_payloads(u, all);
+    all = Tensor();
     note_peak();
     return;
   }
@@ -170,6 +276,19 @@ void Zero3Sync::reduce_scatter_grads(int u) {
   const int64_t s = x.padded / dp_size_, own = x.own_end - x.own_begin;
   float* g = params_->unit_grads(u).data<float>();
   float* shard = params_->shard_grads(u);
+  if (options_.reduce_bf16) {  // reduce_dtype bf16: the scaled gradient as bf16, summed as bf16
+    scale_inplace(g, x.padded, 1.0f / static_cast<float>(dp_size_ * replica_count_));
+    Tensor half = Tensor::empty({x.padded}, DType::kBF16);
+    convert_f32_to_bf16(g, half.data<bf16>(), x.padded);
+    Tensor mine = Tensor::empty({s}, DType::kBF16);
+    if (dp_size_ == 1)
+      std::memcpy(mine.raw(), half.raw(), static_cast<size_t>(s) * sizeof(bf16));
+    else
+      dp_->reduce_scatter(half.raw(), mine.raw(), s, DType::kBF16, ReduceOp::kSum);
+    const bf16* r = mine.data<bf16>();
+    for (int64_t i = 0; i < own; ++i) shard[i] += bf16_to_float(r[i]);
+    return;
+  }
   if (dp_size_ == 1) {
     const float scale = 1.0f / static_cast<float>(replica_count_);
     for (int64_t i = 0; i < own; ++i) shard[i] += g[i] * scale;
@@ -234,7 +353,7 @@ void Zero3Sync::on_grads_ready(const std::vector<int>& param_ids) {
 
 void Zero3Sync::gather_all() {
   if (!options_.shard_params) return;  // ZeRO-2: the values are whole
-  for (int u = 0; u < params_->num_units(); ++u) gather(u);
+  for (int u = 0; u < params_->num_units(); ++u) gather(u, /*full=*/true);  // f32 (param_dtype bf16 too)
 }
 
 void Zero3Sync::release_all(bool write_back) {
@@ -244,6 +363,8 @@ void Zero3Sync::release_all(bool write_back) {
   for (int u = 0; u < params_->num_units(); ++u) {
     if (!params_->unit_gathered(u)) continue;
     if (write_back && options_.shard_params) {
+      GALE_CHECK(!params_->gathers_bf16() || !params_->unit_values_bf16(u).defined())
+          << "ZeRO-3 unit " << u << " is gathered in bf16: no f32 values to write back (gather_all gathers f32)";
       const ParamUnit& x = params_->unit(u);
       std::memcpy(params_->shard_values(u), params_->unit_values(u).data<float>() + (x.own_begin - x.begin),
                   static_cast<size_t>(x.own_end - x.own_begin) * sizeof(float));

@@ -20,6 +20,16 @@
 //     awaited at their own forward: the same bytes, so training is bitwise that of n = 0), and HSDP
 //     (replicas with shard_optimizer_over_replicas false: the shard gradients are all-reduced over
 //     the replicas like LayerZeRO's, but each rank keeps and updates its whole shard).
+//     Mixed precision (PyTorch's MixedPrecisionPolicy as FSDP2 applies it; docs/parallelism.md §16):
+//     param_dtype bf16 is a buffer that gathers_bf16 (ParamBuffer, model/params.h: --bf16): the
+//     shards stay the f32 masters, and each rank sends its shard's GEMM weights rounded to bf16
+//     (nearest even) and its other elements in f32 in one all-gather of equal payloads (the
+//     largest rank's, padded), unpacked into the unit's bf16 and f32 storage: the model reads the
+//     bf16 values Gale's --bf16 reads, for 2 bytes per GEMM-weight element instead of 4.
+//     gather_all (checkpoints) gathers f32. Zero3Options::reduce_bf16 (reduce_dtype bf16): the
+//     scaled unit gradient is rounded to bf16 and reduce-scattered as bf16 (the communicator's
+//     bf16 sum: the addends summed in f32 and rounded to bf16 once), then added to the f32 shard
+//     gradient (HSDP: the all-reduce over the replicas runs in bf16 too).
 //
 // Units are the groups GPTModel reports to its hooks (the embedding, each transformer layer, the
 // head), each a contiguous run of whole parameters of the chunk's flat layout. A unit of n
@@ -65,6 +75,8 @@ struct Zero3Options {
   std::vector<int> root_params;
   bool reshard_after_forward = true;
   int forward_prefetch = 0;
+  // FSDP2's reduce_dtype bf16 (see above); false: f32.
+  bool reduce_bf16 = false;
 };
 
 class Zero3Sync {
@@ -115,10 +127,26 @@ class Zero3Sync {
   struct Pending {
     int unit = -1;
     WorkPtr work;
-    Tensor mine, values;
+    Tensor mine, values;  // gathers_bf16: the packed payloads (bf16 words)
+  };
+  // gathers_bf16: what rank r of the shard group sends of unit u — its shard's non-GEMM elements
+  // (f32) then its GEMM-weight elements (bf16), each a run starting at `f32_at` / `bf16_at` of the
+  // unit's compact storage of that kind.
+  struct Piece {
+    int64_t f32_at = 0, f32_count = 0, bf16_at = 0, bf16_count = 0;
   };
 
-  void gather(int u);
+  // `full`: f32 values whatever gathers_bf16 says (gather_all: checkpoints).
+  void gather(int u, bool full = false);
+  // gathers_bf16: this rank's payload of unit u, and the unit's storage from every rank's payload.
+  Tensor pack_bf16_payload(int u) const;
+  void unpack_bf16_payloads(int u, const Tensor& all);
+  int64_t payload_words(int u) const { return payload_words_.at(static_cast<size_t>(u)); }
+  // Whether unit u's forward gathers it in bf16: param_dtype bf16 and it holds a GEMM weight (a unit
+  // without one, the embedding or the head, is all f32 in Gale's --bf16 arithmetic: an f32 gather).
+  bool bf16_gather(int u) const {
+    return !pieces_.empty() && options_.shard_params && unit_bf16_numel_.at(static_cast<size_t>(u)) > 0;
+  }
   void start_gather(int u);
   void note_peak();
   bool pending(int u) const;
@@ -137,6 +165,12 @@ class Zero3Sync {
   int64_t max_gathered_bytes_ = 0, prefetched_ = 0;
   std::vector<char> root_, root_grads_pending_;  // per unit
   std::vector<Pending> pending_;
+  // gathers_bf16: per unit, each shard-group rank's piece and the payload's length in bf16 words.
+  std::vector<std::vector<Piece>> pieces_;
+  std::vector<int64_t> payload_words_;
+  // gathers_bf16: the compact counts of each unit's non-GEMM and GEMM-weight elements.
+  std::vector<int64_t> unit_f32_numel_, unit_bf16_numel_;
+  std::vector<std::vector<int>> unit_members_;  // gathers_bf16: each unit's parameters in flat order
 };
 
 }  // namespace gale

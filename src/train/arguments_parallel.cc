@@ -62,8 +62,16 @@ Status validate_zero3(Arguments& a, const std::string& who) {
     return refuse("--num-distributed-optimizer-instances", "one shard group: the whole data-parallel group");
   if (par.overlap_param_gather_with_optimizer_step)
     return refuse("--overlap-param-gather-with-optimizer-step", "nothing is gathered after the step");
-  if (t.bf16 || t.fp16)
+  // FSDP2 gathers its bf16 GEMM copy per unit (param_dtype bf16, optim/zero3_sync.h); the others run in fp32.
+  const bool fsdp2_bf16 = t.bf16 && who == "--use-torch-fsdp2";
+  if ((t.bf16 && !fsdp2_bf16) || t.fp16)
     return refuse(t.bf16 ? "--bf16" : "--fp16", "the half-precision GEMM copy is not sharded; ZeRO-3 runs in fp32");
+  if (fsdp2_bf16 && t.reuse_fp32_param)
+    return refuse("--bf16 --reuse-fp32-param", "FSDP2 gathers the bf16 copy; the f32 masters are the shards");
+  if (fsdp2_bf16 && !a.model.qat_scheme.empty())
+    return refuse("--bf16 --qat-scheme", "the fake quantisation reads the f32 weights, gathered in bf16 here");
+  if (fsdp2_bf16 && !a.model.fp8_format.empty())
+    return refuse("--bf16 --fp8-format", "the FP8 casts read the f32 weights, gathered in bf16 here");
   if (t.optimizer == "muon") return refuse("--optimizer muon", "Muon orthogonalises whole matrices");
   if (t.optimizer == "lion") return refuse("--optimizer lion", "Megatron refuses its emerging optimizers with FSDP");
   if (t.swap_optimizer) return refuse("--swap-optimizer", "its state file follows the flat layout");
@@ -157,6 +165,7 @@ Status resolve_torch_fsdp2(Arguments& a) {
   // Megatron-LM main's --torch-fsdp2-no-reshard-after-forward: TorchFullyShardedDataParallelConfig(reshard_after_forward=False).
   if (par.torch_fsdp2_no_reshard_after_forward) par.fsdp2_reshard_after_forward = false;
   par.fsdp2_forward_prefetch = config.num_to_forward_prefetch;
+  GALE_RETURN_IF_ERROR(fsdp2_precision(config, a).status());  // param_dtype / reduce_dtype against --bf16
   if (config.recompute_layers) {  // MindSpeed's activation checkpointing of every transformer layer
     ModelArgs& m = a.model;
     if (!m.recompute_granularity.empty())

@@ -4,6 +4,7 @@
 #include "core/log.h"
 #include "train/ddp_precision.h"
 #include "train/expert_placer.h"
+#include "train/fsdp2_config.h"
 
 #include <algorithm>
 #include <cmath>
@@ -420,6 +421,11 @@ StatusOr<std::unique_ptr<Engine>> build_engine(const Arguments& args, const Comm
         }
         zo.reshard_after_forward = par.fsdp2_reshard_after_forward;
         zo.forward_prefetch = static_cast<int>(par.fsdp2_forward_prefetch);
+        // Mixed precision (validated at start-up): param_dtype bf16 is the model's bf16 GEMM copy,
+        // gathered per unit (model/params.h gathers_bf16); reduce_dtype here.
+        StatusOr<Fsdp2Precision> precision = resolve_fsdp2_precision(args);
+        GALE_CHECK(precision.ok()) << precision.status().message();
+        zo.reduce_bf16 = precision.value().reduce_bf16;
         for (const std::vector<int>& g : groups) {  // the units not wrapped on their own: the root
           if (g.empty()) continue;
           const bool embedding = std::find(g.begin(), g.end(), model->word_embedding_id()) != g.end();

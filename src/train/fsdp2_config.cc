@@ -63,11 +63,19 @@ StatusOr<Fsdp2Config> parse_fsdp2_config(const std::string& text, const std::str
       if (!parse_yaml_int(value, &c.num_to_forward_prefetch) || c.num_to_forward_prefetch < 0)
         return InvalidArgument(where, "num_to_forward_prefetch: expected an integer ≥ 0, found '", value, "'");
     } else if (key == "param_dtype" || key == "reduce_dtype" || key == "output_dtype") {
-      if (value == "bf16" || value == "fp16" || value == "bfloat16" || value == "float16")
-        return Unimplemented(where, key, " ", value, ": not supported yet (Gale's FSDP2 runs in fp32; set ", key,
-                             ": fp32 or leave it out)");
-      if (value != "fp32" && value != "float32" && !value.empty())
+      if (value == "fp16" || value == "float16")
+        return Unimplemented(where, key, " ", value, ": not supported yet (fp16 needs loss scaling, which "
+                             "Megatron refuses with FSDP2 too; expected bf16 or fp32)");
+      std::string dtype;
+      if (value == "bf16" || value == "bfloat16") dtype = "bf16";
+      else if (value == "fp32" || value == "float32") dtype = "fp32";
+      else if (!value.empty())
         return InvalidArgument(where, key, ": expected fp32, bf16 or fp16, found '", value, "'");
+      if (key == "output_dtype" && dtype == "bf16")
+        return Unimplemented(where, "output_dtype ", value, ": not supported yet (Gale's units pass f32 hidden "
+                             "states to each other and --bf16 rounds only the GEMM inputs; expected fp32 or leave "
+                             "it out)");
+      (key == "param_dtype" ? c.param_dtype : key == "reduce_dtype" ? c.reduce_dtype : c.output_dtype) = dtype;
     } else if (key == "cast_forward_inputs" || key == "offload_to_cpu" || key == "pin_memory") {
       bool b = false;
       GALE_RETURN_IF_ERROR(boolean(key, &b));
@@ -102,6 +110,30 @@ StatusOr<Fsdp2Config> parse_fsdp2_config(const std::string& text, const std::str
 StatusOr<Fsdp2Config> read_fsdp2_config(const std::string& path) {
   GALE_ASSIGN_OR_RETURN(std::string text, read_text_file(path, "--fsdp2-config-path " + path + ": "));
   return parse_fsdp2_config(text, path);
+}
+
+StatusOr<Fsdp2Precision> fsdp2_precision(const Fsdp2Config& config, const Arguments& a) {
+  const std::string where = "--fsdp2-config-path " + a.parallel.fsdp2_config_path + ": ";
+  Fsdp2Precision p;
+  const bool bf16 = a.training.bf16;
+  if (config.param_dtype == "bf16" && !bf16)
+    return InvalidArgument(where, "param_dtype bf16 computes in bf16: expected --bf16 (Gale's bf16 arithmetic, whose "
+                           "GEMMs read the bf16 copy FSDP2 gathers), found fp32 training");
+  if (config.param_dtype == "fp32" && bf16)
+    return InvalidArgument(where, "param_dtype fp32 with --bf16: the model is bf16 (Megatron's Float16Module) and "
+                           "its GEMMs read bf16 weights: expected param_dtype bf16 or leave it out");
+  p.param_bf16 = bf16;
+  // PyTorch: reduce_dtype unset reduces in param_dtype (Megatron's --bf16: the gradients of bf16 parameters).
+  p.reduce_bf16 = config.reduce_dtype.empty() ? p.param_bf16 : config.reduce_dtype == "bf16";
+  return p;
+}
+
+StatusOr<Fsdp2Precision> resolve_fsdp2_precision(const Arguments& a) {
+  Fsdp2Config config;
+  if (!a.parallel.fsdp2_config_path.empty()) {
+    GALE_ASSIGN_OR_RETURN(config, read_fsdp2_config(a.parallel.fsdp2_config_path));
+  }
+  return fsdp2_precision(config, a);
 }
 
 Status check_torch_fsdp2_conflicts(const Arguments& a) {

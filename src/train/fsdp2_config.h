@@ -21,9 +21,20 @@
 //   num_to_forward_prefetch [0]  n > 0: a wrapped unit's forward starts the all-gathers of the next
 //                       n wrapped units (asynchronous, awaited at their forward); as MindSpeed, only
 //                       when n < --num-layers (else no prefetch, a notice says so)
-//   param_dtype, reduce_dtype, output_dtype [none: the parameters' own, fp32]  fp32 accepted; bf16
-//                       and fp16 refused, not supported yet (Gale's ZeRO-3 runs in fp32)
-//   cast_forward_inputs [true]  a boolean; no effect in fp32
+//   param_dtype [none: the parameters' own]  PyTorch's MixedPrecisionPolicy.param_dtype: the dtype
+//                       of the all-gather and of the unsharded compute copy, the shards staying the
+//                       f32 masters. bf16 is Gale's --bf16 arithmetic (required with it): the
+//                       transformer layers' linear weights gathered as bf16, what --bf16 reads in f32
+//                       (norms, biases, embedding, output layer) as f32 (optim/zero3_sync.h);
+//                       --bf16 alone means bf16 (Megatron: Float16Module makes the parameters bf16
+//                       before FSDP2 shards them); fp32 with --bf16 is refused
+//   reduce_dtype [none: param_dtype's]  the dtype of the gradient reduce-scatter (and of HSDP's
+//                       all-reduce): bf16 rounds the scaled gradients to bf16 and sums them as bf16,
+//                       the result added to the f32 gradient shard; fp32 reduces in f32
+//   output_dtype [none]  fp32 accepted; bf16 refused, not supported yet (Gale's units pass f32
+//                       hidden states; --bf16 rounds only the GEMM inputs)
+//   fp16 anywhere       refused, not supported yet (Megatron refuses --fp16 with FSDP2: no loss scaling)
+//   cast_forward_inputs [true]  a boolean; no effect (the GEMM inputs follow --bf16)
 //   offload_to_cpu [false], pin_memory [true]  booleans accepted without effect: Gale trains on
 //                       the CPU, its parameters, gradients and optimizer state already are in host
 //                       memory (pageable or pinned is a device-copy distinction)
@@ -53,8 +64,22 @@ struct Fsdp2Config {
   bool reshard_after_forward = true;
   int64_t num_to_forward_prefetch = 0;
   bool recompute_layers = false;
+  // param_dtype, reduce_dtype, output_dtype: "" (not given), "fp32" or "bf16" (spellings normalised).
+  std::string param_dtype, reduce_dtype, output_dtype;
   std::vector<std::string> accepted_without_effect;  // the keys given that change nothing in Gale
 };
+
+// FSDP2's mixed precision as a run uses it: from the file's dtypes and --bf16 (resolve_fsdp2_precision).
+struct Fsdp2Precision {
+  bool param_bf16 = false;   // the all-gather and the compute copy in bf16 (= --bf16)
+  bool reduce_bf16 = false;  // the gradient reduction in bf16
+};
+
+// The mixed precision of --use-torch-fsdp2 for `a` (its --fsdp2-config-path read again when given):
+// the file's param_dtype / reduce_dtype against --bf16, and the refusals above; messages name the
+// file and the key.
+StatusOr<Fsdp2Precision> resolve_fsdp2_precision(const Arguments& a);
+StatusOr<Fsdp2Precision> fsdp2_precision(const Fsdp2Config& config, const Arguments& a);
 
 // Reads and checks `path` (messages name --fsdp2-config-path, the file and the key).
 StatusOr<Fsdp2Config> read_fsdp2_config(const std::string& path);

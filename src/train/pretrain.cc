@@ -30,6 +30,7 @@
 #include "train/checkpoint_args.h"
 #include "train/checkpointing.h"
 #include "train/config_logger.h"
+#include "train/fsdp2_config.h"
 #include "train/ckpt_convert.h"
 #include "train/data_setup.h"
 #include "train/dist_train_config.h"
@@ -461,6 +462,13 @@ int pretrain_main(int argc, char** argv) {
                            args.parallel.fsdp2_wrap_head)
                               ? "none"
                               : ""));
+    if (args.parallel.use_torch_fsdp2) {  // FSDP2's mixed precision (train/fsdp2_config.h)
+      StatusOr<Fsdp2Precision> mp = resolve_fsdp2_precision(args);
+      if (mp.ok() && (mp->param_bf16 || mp->reduce_bf16))
+        print_rank0(str_cat(" > FSDP2 mixed precision: param_dtype ", mp->param_bf16 ? "bf16" : "fp32",
+                            mp->param_bf16 ? " (linear weights all-gathered as bf16 from the f32 shards)" : "",
+                            ", reduce_dtype ", mp->reduce_bf16 ? "bf16" : "fp32"));
+    }
     print_all(str_cat(pb.values_sharded() ? " > ZeRO-3: rank " : " > ZeRO-2: rank ", world->rank(),
                       " keeps its shards of ", pb.num_units(), " units: ", pb.shard_bytes(),
                       pb.values_sharded() ? " bytes of parameter values and gradients (whole: " : " bytes of gradients (whole: ",

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "pretrain_cli.h"
+#include "train/arguments.h"
 #include "train/fsdp2_config.h"
 
 namespace gale {
@@ -59,6 +60,44 @@ TEST(Fsdp2Config, MindSpeedsKeys) {
   EXPECT_EQ(c->num_to_forward_prefetch, 2);
   EXPECT_EQ(c->accepted_without_effect, (std::vector<std::string>{"offload_to_cpu", "pin_memory"}));
   EXPECT_EQ(parse_fsdp2_config("sharding_size: auto\n", "f.yaml")->sharding_size, 0);
+  EXPECT_EQ(c->param_dtype, "fp32");
+  EXPECT_EQ(c->reduce_dtype, "fp32");
+  EXPECT_EQ(c->output_dtype, "");
+  StatusOr<Fsdp2Config> half = parse_fsdp2_config("param_dtype: bfloat16\nreduce_dtype: float32\n", "f.yaml");
+  ASSERT_TRUE(half.ok()) << half.status().to_string();
+  EXPECT_EQ(half->param_dtype, "bf16");
+  EXPECT_EQ(half->reduce_dtype, "fp32");
+}
+
+// PyTorch's MixedPrecisionPolicy against --bf16: reduce_dtype defaults to param_dtype, --bf16 is
+// param_dtype bf16 (Megatron's Float16Module), param_dtype bf16 needs --bf16, fp32 with it is refused.
+TEST(Fsdp2Config, MixedPrecisionPolicy) {
+  auto precision = [](const std::string& yaml, bool bf16) {
+    Arguments a;
+    a.parallel.fsdp2_config_path = "f.yaml";
+    a.training.bf16 = bf16;
+    StatusOr<Fsdp2Config> c = parse_fsdp2_config(yaml, "f.yaml");
+    EXPECT_TRUE(c.ok());
+    return fsdp2_precision(*c, a);
+  };
+  auto flags = [&](const std::string& yaml, bool bf16) {
+    StatusOr<Fsdp2Precision> p = precision(yaml, bf16);
+    if (!p.ok()) return p.status().message();
+    return std::string(p->param_bf16 ? "param bf16" : "param fp32") + (p->reduce_bf16 ? ", reduce bf16" : ", reduce fp32");
+  };
+  EXPECT_EQ(flags("", false), "param fp32, reduce fp32");
+  EXPECT_EQ(flags("", true), "param bf16, reduce bf16");  // Megatron's --bf16: bf16 parameters, bf16 gradients
+  EXPECT_EQ(flags("param_dtype: bf16\n", true), "param bf16, reduce bf16");
+  EXPECT_EQ(flags("param_dtype: bf16\nreduce_dtype: fp32\n", true), "param bf16, reduce fp32");
+  EXPECT_EQ(flags("reduce_dtype: fp32\n", true), "param bf16, reduce fp32");
+  EXPECT_EQ(flags("reduce_dtype: bf16\n", false), "param fp32, reduce bf16");
+  EXPECT_EQ(flags("param_dtype: fp32\nreduce_dtype: fp32\n", false), "param fp32, reduce fp32");
+  EXPECT_EQ(flags("param_dtype: bf16\n", false),
+            "--fsdp2-config-path f.yaml: param_dtype bf16 computes in bf16: expected --bf16 (Gale's bf16 arithmetic, "
+            "whose GEMMs read the bf16 copy FSDP2 gathers), found fp32 training");
+  EXPECT_EQ(flags("param_dtype: fp32\n", true),
+            "--fsdp2-config-path f.yaml: param_dtype fp32 with --bf16: the model is bf16 (Megatron's Float16Module) "
+            "and its GEMMs read bf16 weights: expected param_dtype bf16 or leave it out");
 }
 
 TEST(Fsdp2Config, Refusals) {
@@ -71,10 +110,15 @@ TEST(Fsdp2Config, Refusals) {
   EXPECT_NE(message("reshard_after_forward: 2\n").find("reshard_after_forward 2: not supported yet"), std::string::npos);
   EXPECT_EQ(message("num_to_forward_prefetch: -1\n"),
             "--fsdp2-config-path f.yaml: num_to_forward_prefetch: expected an integer ≥ 0, found '-1'");
-  EXPECT_EQ(message("param_dtype: bf16\n"),
-            "--fsdp2-config-path f.yaml: param_dtype bf16: not supported yet (Gale's FSDP2 runs in fp32; set "
-            "param_dtype: fp32 or leave it out)");
+  EXPECT_EQ(message("param_dtype: fp16\n"),
+            "--fsdp2-config-path f.yaml: param_dtype fp16: not supported yet (fp16 needs loss scaling, which "
+            "Megatron refuses with FSDP2 too; expected bf16 or fp32)");
   EXPECT_NE(message("reduce_dtype: fp16\n").find("reduce_dtype fp16: not supported yet"), std::string::npos);
+  EXPECT_NE(message("output_dtype: float16\n").find("output_dtype float16: not supported yet"), std::string::npos);
+  EXPECT_EQ(message("output_dtype: bf16\n"),
+            "--fsdp2-config-path f.yaml: output_dtype bf16: not supported yet (Gale's units pass f32 hidden states "
+            "to each other and --bf16 rounds only the GEMM inputs; expected fp32 or leave it out)");
+  EXPECT_EQ(message("output_dtype: fp32\n"), "ok");
   EXPECT_NE(message("reduce_dtype: int8\n").find("reduce_dtype: expected fp32, bf16 or fp16, found 'int8'"),
             std::string::npos);
   EXPECT_NE(message("offload_to_cpu: sometimes\n").find("offload_to_cpu: expected true or false"), std::string::npos);
@@ -153,7 +197,33 @@ TEST(Fsdp2Args, StartUpRules) {
   expect_one_line_error({{"--use-torch-fsdp2"}, 2, "--use-torch-fsdp2 requires --untie-embeddings-and-output-weights"});
   expect_one_line_error({{"--use-torch-fsdp2", untie[0], "--fsdp2-config-path", path, "--global-batch-size", "6"}, 3,
                          "sharding_size 2 must divide the data-parallel size 3"});
-  expect_one_line_error({{"--use-torch-fsdp2", untie[0], "--bf16"}, 2, "--use-torch-fsdp2 with --bf16: not supported yet"});
+  {
+    PretrainCli bf16;  // Megatron's --bf16 with FSDP2: accepted (param_dtype bf16)
+    ASSERT_TRUE(bf16.parse_minimal({"--use-torch-fsdp2", untie[0], "--bf16"}, 2).ok());
+    EXPECT_TRUE(bf16.args.training.bf16);
+  }
+  expect_one_line_error({{"--use-torch-fsdp2", untie[0], "--bf16", "--reuse-fp32-param"}, 2,
+                         "--use-torch-fsdp2 with --bf16 --reuse-fp32-param: not supported yet"});
+  expect_one_line_error({{"--use-torch-fsdp2", untie[0], "--bf16", "--qat-scheme", "w8a16-mxfp8"}, 2,
+                         "--use-torch-fsdp2 with --bf16 --qat-scheme: not supported yet"});
+  expect_one_line_error({{"--use-torch-fsdp2", untie[0], "--bf16", "--fp8-format", "e4m3"}, 2,
+                         "--use-torch-fsdp2 with --bf16 --fp8-format: not supported yet"});
+  expect_one_line_error({{"--use-custom-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params", "--bf16"}, 2,
+                         "--data-parallel-sharding-strategy optim_grads_params with --bf16: not supported yet"});
+  {
+    std::ofstream f(path);
+    f << "param_dtype: bf16\n";
+  }
+  expect_one_line_error({{"--use-torch-fsdp2", untie[0], "--fsdp2-config-path", path}, 2,
+                         "param_dtype bf16 computes in bf16: expected --bf16"});
+  {
+    PretrainCli both;
+    ASSERT_TRUE(both.parse_minimal({"--use-torch-fsdp2", untie[0], "--fsdp2-config-path", path, "--bf16"}, 2).ok());
+  }
+  {
+    std::ofstream f(path);
+    f << "sharding_size: 2\nreshard_after_forward: false\nnum_to_forward_prefetch: 1\n";
+  }
   expect_one_line_error({{"--use-torch-fsdp2", untie[0], "--fp16"}, 2, "--use-torch-fsdp2 is not supported with --fp16"});
   expect_one_line_error({{"--use-torch-fsdp2", untie[0], "--tensor-model-parallel-size", "2"}, 4,
                          "--use-torch-fsdp2 with --tensor-model-parallel-size 2: not supported yet"});
