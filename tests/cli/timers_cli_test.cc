@@ -45,17 +45,6 @@ struct Block {
   }
 };
 
-// The output's lines, without rank 0's closing line: under mpirun it may land anywhere in the last
-// rank's last report.
-std::vector<std::string> lines_of(const std::string& output) {
-  std::vector<std::string> lines;
-  std::istringstream in(output);
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("[after training]", 0) != 0) lines.push_back(line);
-  return lines;
-}
-
-// The minmax and max reports in `output`.
 // Megatron's memory report (train/theoretical_memory.h, train/memory_report.h), which comes between
 // the first log lines and their timer reports, as in Megatron's training_log.
 bool is_memory_report_line(const std::string& line) {
@@ -65,11 +54,22 @@ bool is_memory_report_line(const std::string& line) {
   return line.empty();
 }
 
-// A line another rank may print while the last rank prints a report.
-bool is_other_rank_line(const std::string& line) {
-  return is_memory_report_line(line) || line[0] == '[';
+// A line another rank may print while the last rank prints a report: rank 0's memory report (with
+// two pipeline stages the last rank prints the timers), its "[after training] ..." and "[after
+// training is done] datetime" lines. mpirun forwards each rank's lines as they come, so they can
+// land anywhere in the last rank's report.
+bool is_other_rank_line(const std::string& line) { return is_memory_report_line(line) || line[0] == '['; }
+
+// The output's lines without those another rank may print (no report, log or header line starts so).
+std::vector<std::string> lines_of(const std::string& output) {
+  std::vector<std::string> lines;
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);)
+    if (!is_other_rank_line(line)) lines.push_back(line);
+  return lines;
 }
 
+// The minmax and max reports in `output`.
 std::vector<Block> blocks_of(const std::string& output) {
   static const std::regex minmax(R"(^    (\S+) \.*: \((\d+\.\d\d), (\d+\.\d\d)\)$)");
   static const std::regex max_only(R"(^    (\S+) \.*: (\d+\.\d\d)$)");
@@ -80,15 +80,9 @@ std::vector<Block> blocks_of(const std::string& output) {
     if (!is_minmax && lines[i] != "max time across ranks (ms):") continue;
     Block b;
     b.header = lines[i];
-    size_t before = i;  // the line before the report, the memory report's lines skipped
-    while (before > 0 && is_memory_report_line(lines[before - 1])) --before;
-    b.after = before > 0 ? lines[before - 1] : "";
+    b.after = i > 0 ? lines[i - 1] : "";
     std::smatch m;
     for (size_t j = i + 1; j < lines.size(); ++j) {
-      // Under mpirun another rank's lines ("[after training] peak memory ...", rank 0's memory
-      // report while the last pipeline stage prints this report) can land inside the report:
-      // mpirun forwards each rank's output in chunks of its own.
-      if (is_other_rank_line(lines[j])) continue;
       if (!std::regex_match(lines[j], m, is_minmax ? minmax : max_only)) break;
       b.names.push_back(m[1]);
       const double lo = std::stod(m[2]), hi = is_minmax ? std::stod(m[3]) : lo;
@@ -284,7 +278,7 @@ TEST(GaleTimers, ReportsAcrossTwoPipelineRanks) {
       ranks[current].push_back(m[1]);
     } else if (lines[i].size() > 3 && lines[i].rfind("  ", 0) == 0 && lines[i][2] != ' ' && lines[i].back() == ':') {
       current = lines[i].substr(2, lines[i].size() - 3);
-    } else if (!is_other_rank_line(lines[i])) {
+    } else {
       break;
     }
   }
