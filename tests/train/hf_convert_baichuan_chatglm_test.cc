@@ -23,19 +23,6 @@ namespace {
 using testing_util::TempDir;
 using namespace testing_hf;  // NOLINT: the fixture helpers
 
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path);
-  return nlohmann::json::parse(in);
-}
-
-std::map<std::string, Tensor> tensors_of(const std::string& file) {
-  auto f = SafetensorsFile::open(file);
-  EXPECT_TRUE(f.ok()) << f.status().message();
-  std::map<std::string, Tensor> out;
-  for (const SafetensorsEntry& e : f->entries()) out[e.name] = f->read(e.name, DType::kF32).value();
-  return out;
-}
-
 double max_abs_diff(const Tensor& a, const Tensor& b) {
   double d = 0;
   for (int64_t i = 0; i < a.numel(); ++i)
@@ -350,19 +337,7 @@ TEST(HfConvertErrors, ChatGLMOptionsGaleDoesNotHave) {
 TEST(HfConvert, BaichuanAndChatGLMThroughMegatronsFormatAtTp2) {
   for (const char* name : {"baichuan2", "chatglm3"}) {
     TempDir tmp;
-    MegatronConvertOptions mg;
-    mg.from = ModelFormat::kHf;
-    mg.to = ModelFormat::kMegatron;
-    mg.load_dir = fixture(name);
-    mg.save_dir = tmp.file("mg");
-    mg.target_tensor_parallel_size = 2;
-    Status s = convert_megatron(mg, quiet);
-    ASSERT_TRUE(s.ok()) << name << ": " << s.message();
-    mg.from = ModelFormat::kMegatron;
-    mg.to = ModelFormat::kGale;
-    mg.load_dir = tmp.file("mg");
-    mg.save_dir = tmp.file("gale");
-    s = convert_megatron(mg, quiet);
+    const Status s = hf_through_megatron(fixture(name), tmp, /*tp=*/2);
     ASSERT_TRUE(s.ok()) << name << ": " << s.message();
     double diff = 0, loss = 0;
     converted_golden(name, tmp.file("gale"), &diff, &loss);

@@ -19,14 +19,6 @@ using namespace testing_hf;
 
 const char* const kFixture = "deepseek_v32";
 
-std::map<std::string, Tensor> tensors_of(const std::string& file) {
-  auto f = SafetensorsFile::open(file);
-  EXPECT_TRUE(f.ok()) << f.status().message();
-  std::map<std::string, Tensor> out;
-  for (const SafetensorsEntry& e : f->entries()) out[e.name] = f->read(e.name, DType::kF32).value();
-  return out;
-}
-
 std::vector<int32_t> golden_greedy() {
   auto f = SafetensorsFile::open(fixture(kFixture) + "/golden.safetensors");
   EXPECT_TRUE(f.ok());

@@ -73,7 +73,8 @@ TEST(HfConvertGemma, ReproducesTheReferenceLogitsAndEachGemmaPieceMatters) {
             5 * kLogitTolerance);
 }
 
-std::map<std::string, Tensor> tensors_of(const std::string& file) {
+// testing_hf::tensors_of, each tensor also stored as f32.
+std::map<std::string, Tensor> f32_tensors_of(const std::string& file) {
   std::map<std::string, Tensor> out;
   auto f = SafetensorsFile::open(file);
   EXPECT_TRUE(f.ok()) << f.status().message();
@@ -91,11 +92,11 @@ TEST(HfConvertGemma, ExportsEveryTensorBitForBitWithGemmaConfigKeys) {
   ASSERT_TRUE(convert_hf_to_gale(to_gale(fixture("gemma"), tmp.file("gale")), quiet).ok());
   Status s = convert_gale_to_hf(to_hf(tmp.file("gale"), tmp.file("hf")), quiet);
   ASSERT_TRUE(s.ok()) << s.message();
-  const auto before = tensors_of(fixture("gemma") + "/model.safetensors");
+  const auto before = f32_tensors_of(fixture("gemma") + "/model.safetensors");
   std::map<std::string, Tensor> after;
   for (const auto& entry : fs::directory_iterator(tmp.file("hf")))
     if (entry.path().extension() == ".safetensors")
-      for (auto& [name, t] : tensors_of(entry.path().string())) after[name] = t;
+      for (auto& [name, t] : f32_tensors_of(entry.path().string())) after[name] = t;
   ASSERT_EQ(after.size(), before.size());
   for (const auto& [name, a] : before) {
     ASSERT_TRUE(after.count(name)) << name;

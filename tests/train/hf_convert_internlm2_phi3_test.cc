@@ -22,11 +22,6 @@ namespace {
 using testing_util::TempDir;
 using namespace testing_hf;  // NOLINT: the fixture helpers
 
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path);
-  return nlohmann::json::parse(in);
-}
-
 // InternLM2's rope_scaling linear 2 is --rotary-seq-len-interpolation-factor 2: the golden logits match
 // with it and not without it.
 TEST(HfConvertInternLM2, LinearRopeScalingIsTheInterpolationFactorAndTheGoldenSeesIt) {
@@ -262,19 +257,7 @@ TEST(HfConvert, ModelTypeHfNamesInternLM2AndPhi3) {
 TEST(HfConvert, InternLM2AndPhi3ToMegatronsFormat) {
   for (const char* name : {"internlm2", "phi3"}) {
     TempDir tmp;
-    MegatronConvertOptions mg;
-    mg.from = ModelFormat::kHf;
-    mg.to = ModelFormat::kMegatron;
-    mg.load_dir = fixture(name);
-    mg.save_dir = tmp.file("mg");
-    mg.target_tensor_parallel_size = 2;
-    Status s = convert_megatron(mg, quiet);
-    ASSERT_TRUE(s.ok()) << name << ": " << s.message();
-    mg.from = ModelFormat::kMegatron;
-    mg.to = ModelFormat::kGale;
-    mg.load_dir = tmp.file("mg");
-    mg.save_dir = tmp.file("gale");
-    s = convert_megatron(mg, quiet);
+    const Status s = hf_through_megatron(fixture(name), tmp, /*tp=*/2);
     ASSERT_TRUE(s.ok()) << name << ": " << s.message();
     const Golden g = read_golden(name);
     EXPECT_LT(compare(logits_of(*load_model(tmp.file("gale"))->model, g.tokens), g).max_diff, kLogitTolerance) << name;

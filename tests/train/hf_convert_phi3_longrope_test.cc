@@ -19,11 +19,6 @@ namespace {
 using testing_util::TempDir;
 using namespace testing_hf;  // NOLINT: the fixture helpers
 
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path);
-  return nlohmann::json::parse(in);
-}
-
 Tensor golden_tensor(const char* name, DType dtype) {
   auto f = SafetensorsFile::open(fixture("phi3_longrope") + "/golden.safetensors");
   EXPECT_TRUE(f.ok()) << f.status().message();

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -151,6 +152,38 @@ inline std::string error_of(const std::string& dir, const TempDir& tmp) {
   EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.message();
   EXPECT_FALSE(std::filesystem::exists(tmp.file("out/latest_checkpointed_iteration.txt")));  // nothing committed
   return s.message();
+}
+
+// A JSON file (a fixture's or a converted checkpoint's config.json).
+inline nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+// Every tensor of a safetensors file, read as f32.
+inline std::map<std::string, Tensor> tensors_of(const std::string& file) {
+  auto f = SafetensorsFile::open(file);
+  EXPECT_TRUE(f.ok()) << f.status().message();
+  std::map<std::string, Tensor> out;
+  for (const SafetensorsEntry& e : f->entries()) out[e.name] = f->read(e.name, DType::kF32).value();
+  return out;
+}
+
+// Hugging Face checkpoint `hf_dir` -> Megatron's format at tensor-parallel size `tp` (`tmp`/mg) -> Gale
+// (`tmp`/gale), as `gale convert` does with --save-model-type mg, then --load-model-type mg.
+inline Status hf_through_megatron(const std::string& hf_dir, const TempDir& tmp, int64_t tp) {
+  MegatronConvertOptions mg;
+  mg.from = ModelFormat::kHf;
+  mg.to = ModelFormat::kMegatron;
+  mg.load_dir = hf_dir;
+  mg.save_dir = tmp.file("mg");
+  mg.target_tensor_parallel_size = tp;
+  GALE_RETURN_IF_ERROR(convert_megatron(mg, quiet));
+  mg.from = ModelFormat::kMegatron;
+  mg.to = ModelFormat::kGale;
+  mg.load_dir = tmp.file("mg");
+  mg.save_dir = tmp.file("gale");
+  return convert_megatron(mg, quiet);
 }
 
 }  // namespace testing_hf
