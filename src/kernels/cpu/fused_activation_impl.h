@@ -50,26 +50,12 @@ void gelu_backward(const float* dact, const float* u, float* du, float* dbias, i
   });
 }
 
-// u is [rows, 2F] (gate then up).
+// u is [rows, 2F] (gate then up): act = silu(g)·p (gated_unit_forward in fused_common_impl.h).
 template <class V>
 void swiglu_forward(float* u, const float* bias, float* act, int64_t rows, int64_t F) {
   using Fv = typename V::F;
-  parallel_for(rows, 8, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      float* gate = u + r * 2 * F;
-      float* up = gate + F;
-      float* ar = act + r * F;
-      for_vectors<V>(F, [&](int64_t i, int64_t n) GALE_ALWAYS_INLINE {
-        Fv g = ld<V>(gate + i, n), p = ld<V>(up + i, n);
-        if (bias) {
-          g = V::add(g, ld<V>(bias + i, n));
-          p = V::add(p, ld<V>(bias + F + i, n));
-          st<V>(gate + i, g, n);
-          st<V>(up + i, p, n);
-        }
-        st<V>(ar + i, V::mul(V::mul(g, simd::sigmoid<V>(g)), p), n);
-      });
-    }
+  gated_unit_forward<V>(u, bias, act, rows, F, [](Fv g, Fv p) GALE_ALWAYS_INLINE {
+    return V::mul(V::mul(g, simd::sigmoid<V>(g)), p);
   });
 }
 
@@ -77,26 +63,11 @@ template <class V>
 void swiglu_backward(const float* dact, const float* u, float* du, float* dbias, int64_t rows, int64_t F) {
   using Fv = typename V::F;
   const Fv one = V::set1(1.0f);
-  float* outs[1] = {dbias};
-  rows_with_column_sums<V>(rows, 2 * F, 1, outs, [&](int64_t r, float* acc) {
-    const float* gate = u + r * 2 * F;
-    const float* up = gate + F;
-    const float* dr = dact + r * F;
-    float* dgate = du + r * 2 * F;
-    float* dup = dgate + F;
-    for_vectors<V>(F, [&](int64_t i, int64_t n) GALE_ALWAYS_INLINE {
-      const Fv g = ld<V>(gate + i, n), d = ld<V>(dr + i, n);
-      const Fv s = simd::sigmoid<V>(g);
-      const Fv dp = V::mul(d, V::mul(g, s));
-      // dgate = d·up·s·(1 + g·(1 − s))
-      const Fv dg = V::mul(V::mul(V::mul(d, ld<V>(up + i, n)), s), V::fmadd(g, V::sub(one, s), one));
-      st<V>(dgate + i, dg, n);
-      st<V>(dup + i, dp, n);
-      if (acc) {
-        st<V>(acc + i, V::add(ld<V>(acc + i, n), dg), n);
-        st<V>(acc + F + i, V::add(ld<V>(acc + F + i, n), dp), n);
-      }
-    });
+  gated_unit_backward<V>(dact, u, du, dbias, rows, F, [&](Fv g, Fv p, Fv d, Fv* dg, Fv* dp) GALE_ALWAYS_INLINE {
+    const Fv s = simd::sigmoid<V>(g);
+    *dp = V::mul(d, V::mul(g, s));
+    // dgate = d·up·s·(1 + g·(1 − s))
+    *dg = V::mul(V::mul(V::mul(d, p), s), V::fmadd(g, V::sub(one, s), one));
   });
 }
 
@@ -106,23 +77,9 @@ void glu_forward(const GluSpec& spec, float* u, const float* bias, float* act, i
   using Fv = typename V::F;
   const Fv alpha = V::set1(spec.alpha), offset = V::set1(spec.linear_offset);
   const Fv hi = V::set1(spec.clamp), lo = V::set1(-spec.clamp);
-  parallel_for(rows, 8, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      float* gate = u + r * 2 * F;
-      float* lin = gate + F;
-      float* ar = act + r * F;
-      for_vectors<V>(F, [&](int64_t i, int64_t n) GALE_ALWAYS_INLINE {
-        Fv g = ld<V>(gate + i, n), p = ld<V>(lin + i, n);
-        if (bias) {
-          g = V::add(g, ld<V>(bias + i, n));
-          p = V::add(p, ld<V>(bias + F + i, n));
-          st<V>(gate + i, g, n);
-          st<V>(lin + i, p, n);
-        }
-        const Fv a = V::min(g, hi), b = V::min(V::max(p, lo), hi);
-        st<V>(ar + i, V::mul(V::mul(a, simd::sigmoid<V>(V::mul(alpha, a))), V::add(b, offset)), n);
-      });
-    }
+  gated_unit_forward<V>(u, bias, act, rows, F, [&](Fv g, Fv p) GALE_ALWAYS_INLINE {
+    const Fv a = V::min(g, hi), b = V::min(V::max(p, lo), hi);
+    return V::mul(V::mul(a, simd::sigmoid<V>(V::mul(alpha, a))), V::add(b, offset));
   });
 }
 
@@ -132,29 +89,14 @@ void glu_backward(const GluSpec& spec, const float* dact, const float* u, float*
   using Fv = typename V::F;
   const Fv one = V::set1(1.0f), zero = V::set1(0.0f), alpha = V::set1(spec.alpha);
   const Fv offset = V::set1(spec.linear_offset), hi = V::set1(spec.clamp), lo = V::set1(-spec.clamp);
-  float* outs[1] = {dbias};
-  rows_with_column_sums<V>(rows, 2 * F, 1, outs, [&](int64_t r, float* acc) {
-    const float* gate = u + r * 2 * F;
-    const float* lin = gate + F;
-    const float* dr = dact + r * F;
-    float* dgate = du + r * 2 * F;
-    float* dlin = dgate + F;
-    for_vectors<V>(F, [&](int64_t i, int64_t n) GALE_ALWAYS_INLINE {
-      const Fv g = ld<V>(gate + i, n), p = ld<V>(lin + i, n), d = ld<V>(dr + i, n);
-      const Fv a = V::min(g, hi), b = V::min(V::max(p, lo), hi);
-      const Fv s = simd::sigmoid<V>(V::mul(alpha, a));
-      // dgate = d·(b + offset)·s·(1 + α·a·(1 − s)) where g ≤ clamp; dlin = d·a·s where |p| ≤ clamp
-      Fv dg = V::mul(V::mul(V::mul(d, V::add(b, offset)), s), V::fmadd(V::mul(alpha, a), V::sub(one, s), one));
-      Fv dp = V::mul(d, V::mul(a, s));
-      dg = V::select(V::le(g, hi), dg, zero);
-      dp = V::select(V::le(p, hi), V::select(V::le(lo, p), dp, zero), zero);
-      st<V>(dgate + i, dg, n);
-      st<V>(dlin + i, dp, n);
-      if (acc) {
-        st<V>(acc + i, V::add(ld<V>(acc + i, n), dg), n);
-        st<V>(acc + F + i, V::add(ld<V>(acc + F + i, n), dp), n);
-      }
-    });
+  gated_unit_backward<V>(dact, u, du, dbias, rows, F, [&](Fv g, Fv p, Fv d, Fv* dg, Fv* dp) GALE_ALWAYS_INLINE {
+    const Fv a = V::min(g, hi), b = V::min(V::max(p, lo), hi);
+    const Fv s = simd::sigmoid<V>(V::mul(alpha, a));
+    // dgate = d·(b + offset)·s·(1 + α·a·(1 − s)) where g ≤ clamp; dlin = d·a·s where |p| ≤ clamp
+    const Fv dgv = V::mul(V::mul(V::mul(d, V::add(b, offset)), s), V::fmadd(V::mul(alpha, a), V::sub(one, s), one));
+    const Fv dpv = V::mul(d, V::mul(a, s));
+    *dg = V::select(V::le(g, hi), dgv, zero);
+    *dp = V::select(V::le(p, hi), V::select(V::le(lo, p), dpv, zero), zero);
   });
 }
 

@@ -118,4 +118,54 @@ void rows_with_column_sums(int64_t rows, int64_t cols, int num_acc, float* const
   }
 }
 
+// The row loops of a gated unit (SwiGLU, GLU, GeGLU): u is [rows, 2F], gate g = u[:, :F], linear half
+// p = u[:, F:]. Forward: the bias [2F] (optional) is added to u in place, then act = f(g, p).
+template <class V, class Act>
+void gated_unit_forward(float* u, const float* bias, float* act, int64_t rows, int64_t F, Act&& f) {
+  using Fv = typename V::F;
+  parallel_for(rows, 8, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      float* gate = u + r * 2 * F;
+      float* lin = gate + F;
+      float* ar = act + r * F;
+      for_vectors<V>(F, [&](int64_t i, int64_t n) GALE_ALWAYS_INLINE {
+        Fv g = ld<V>(gate + i, n), p = ld<V>(lin + i, n);
+        if (bias) {
+          g = V::add(g, ld<V>(bias + i, n));
+          p = V::add(p, ld<V>(bias + F + i, n));
+          st<V>(gate + i, g, n);
+          st<V>(lin + i, p, n);
+        }
+        st<V>(ar + i, f(g, p), n);
+      });
+    }
+  });
+}
+
+// Backward: grad(g, p, dact, &dg, &dp) for every element into du [rows, 2F] (dg in the gate half, dp
+// in the linear half); dbias (optional) += column sums of du over fixed row chunks.
+template <class V, class Grad>
+void gated_unit_backward(const float* dact, const float* u, float* du, float* dbias, int64_t rows, int64_t F,
+                         Grad&& grad) {
+  using Fv = typename V::F;
+  float* outs[1] = {dbias};
+  rows_with_column_sums<V>(rows, 2 * F, 1, outs, [&](int64_t r, float* acc) {
+    const float* gate = u + r * 2 * F;
+    const float* lin = gate + F;
+    const float* dr = dact + r * F;
+    float* dgate = du + r * 2 * F;
+    float* dlin = dgate + F;
+    for_vectors<V>(F, [&](int64_t i, int64_t n) GALE_ALWAYS_INLINE {
+      Fv dg, dp;
+      grad(ld<V>(gate + i, n), ld<V>(lin + i, n), ld<V>(dr + i, n), &dg, &dp);
+      st<V>(dgate + i, dg, n);
+      st<V>(dlin + i, dp, n);
+      if (acc) {
+        st<V>(acc + i, V::add(ld<V>(acc + i, n), dg), n);
+        st<V>(acc + F + i, V::add(ld<V>(acc + F + i, n), dp), n);
+      }
+    });
+  });
+}
+
 }  // namespace gale::fused

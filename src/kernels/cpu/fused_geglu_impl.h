@@ -50,27 +50,14 @@ GALE_ALWAYS_INLINE inline typename V::F gelu_and_slope(const GeluConsts<V>& k, t
   }
 }
 
-// u is [rows, 2F] (gate a = u[:, :F], linear half b = u[:, F:]); the bias [2F] is added to u in place.
+// u is [rows, 2F] (gate a = u[:, :F], linear half b = u[:, F:]); the bias [2F] is added to u in place
+// (gated_unit_forward in fused_common_impl.h).
 template <class V, GegluGate G>
 void geglu_forward_gate(float* u, const float* bias, float* act, int64_t rows, int64_t F) {
   using Fv = typename V::F;
   const GeluConsts<V> k;
-  parallel_for(rows, 8, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      float* gate = u + r * 2 * F;
-      float* lin = gate + F;
-      float* ar = act + r * F;
-      for_vectors<V>(F, [&](int64_t i, int64_t n) GALE_ALWAYS_INLINE {
-        Fv a = ld<V>(gate + i, n), b = ld<V>(lin + i, n);
-        if (bias) {
-          a = V::add(a, ld<V>(bias + i, n));
-          b = V::add(b, ld<V>(bias + F + i, n));
-          st<V>(gate + i, a, n);
-          st<V>(lin + i, b, n);
-        }
-        st<V>(ar + i, V::mul(gelu_and_slope<V, G>(k, a, nullptr), b), n);
-      });
-    }
+  gated_unit_forward<V>(u, bias, act, rows, F, [&](Fv a, Fv b) GALE_ALWAYS_INLINE {
+    return V::mul(gelu_and_slope<V, G>(k, a, nullptr), b);
   });
 }
 
@@ -79,26 +66,11 @@ template <class V, GegluGate G>
 void geglu_backward_gate(const float* dact, const float* u, float* du, float* dbias, int64_t rows, int64_t F) {
   using Fv = typename V::F;
   const GeluConsts<V> k;
-  float* outs[1] = {dbias};
-  rows_with_column_sums<V>(rows, 2 * F, 1, outs, [&](int64_t r, float* acc) {
-    const float* gate = u + r * 2 * F;
-    const float* lin = gate + F;
-    const float* dr = dact + r * F;
-    float* dgate = du + r * 2 * F;
-    float* dlin = dgate + F;
-    for_vectors<V>(F, [&](int64_t i, int64_t n) GALE_ALWAYS_INLINE {
-      const Fv a = ld<V>(gate + i, n), d = ld<V>(dr + i, n);
-      Fv slope;
-      const Fv g = gelu_and_slope<V, G>(k, a, &slope);
-      const Fv da = V::mul(V::mul(d, ld<V>(lin + i, n)), slope);
-      const Fv db = V::mul(d, g);
-      st<V>(dgate + i, da, n);
-      st<V>(dlin + i, db, n);
-      if (acc) {
-        st<V>(acc + i, V::add(ld<V>(acc + i, n), da), n);
-        st<V>(acc + F + i, V::add(ld<V>(acc + F + i, n), db), n);
-      }
-    });
+  gated_unit_backward<V>(dact, u, du, dbias, rows, F, [&](Fv a, Fv b, Fv d, Fv* da, Fv* db) GALE_ALWAYS_INLINE {
+    Fv slope;
+    const Fv g = gelu_and_slope<V, G>(k, a, &slope);
+    *da = V::mul(V::mul(d, b), slope);
+    *db = V::mul(d, g);
   });
 }
 
