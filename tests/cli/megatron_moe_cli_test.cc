@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -186,15 +187,8 @@ TEST(MegatronMoeCli, ConvertWritesMoeModelsAtTpPpEp) {
       << r.output;
 }
 
-// tests/data/megatron/moe/torch_dist_adam_chained{,_buckets} (tools/reference/megatron_moe_chained_optim_reference.py):
-// the MoE model after 7 AdamW steps as Megatron main's ChainedOptimizer [dense, experts] of distributed optimizers
-// saves it (bf16 weights with fp32 masters) in the fully_reshardable layout and in the dp_reshardable and
-// dp_zero_gather_scatter ones at EP 2.
-// gale pretrain continues each at iteration 8 in one process and at EP 2 (each rank's two experts from the global
-// experts), with AdamW's update from the loaded state on every element of every parameter (the experts' included), and
-// the same first loss everywhere.
-TEST(MegatronMoeCli, PretrainResumesMegatronsChainedExpertAdamState) {
-  TempDir tmp;
+// The MoE model's flags that continue the AdamW fixtures below (7 steps saved) at iteration 8, with the data.
+std::vector<std::string> adam_resume_flags(const TempDir& tmp) {
   write_small_dataset(tmp.file("data_text_document"));
   std::vector<std::string> flags = moe_model(tmp);
   std::vector<std::string> t = training(tmp);
@@ -204,6 +198,49 @@ TEST(MegatronMoeCli, PretrainResumesMegatronsChainedExpertAdamState) {
   flags.insert(flags.end(), {"--optimizer", "adam", "--adam-beta1", "0.9", "--adam-beta2", "0.95", "--adam-eps",
                              "1e-8", "--weight-decay", "0.1", "--min-lr", "1e-4", "--lr-decay-style", "linear",
                              "--lr-warmup-iters", "2", "--lr-decay-iters", "20", "--bf16", "--save-interval", "8"});
+  return flags;
+}
+
+// gale pretrain continues the Megatron checkpoint `dir` (read as `from`) for one iteration on `layout` (none: one
+// process; else EP 2 on two), saving to out<k>: it names the optimizer state's `layout_name`, loads iteration 7,
+// logs the learning rate 7e-4 and applies AdamW's update from the loaded state to every element. Returns the
+// logged loss (NaN after a failed check).
+double resume_moe_adam(const TempDir& tmp, const std::vector<std::string>& flags, const std::string& dir,
+                       const MegatronCheckpoint& from, const std::string& layout_name,
+                       const std::vector<std::string>& layout, int k) {
+  const double failed = std::nan("");
+  const std::string save = tmp.file(str_cat("out", k));
+  std::vector<std::string> extra = layout;
+  extra.insert(extra.end(), {"--load", dir, "--save", save});
+  test::RunResult r = pretrain(layout.empty() ? 1 : 2, flags, extra);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  if (r.exit_code != 0) return failed;
+  EXPECT_NE(r.output.find(str_cat("adam optimizer state (", layout_name, ": exp_avg, exp_avg_sq; step 7)")),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("successfully loaded checkpoint from " + dir + " at iteration 7"), std::string::npos)
+      << r.output;
+  const std::vector<double> lr = testing::logged_values(r.output, "learning rate");
+  EXPECT_EQ(lr.size(), 1u) << r.output;
+  if (lr.size() == 1) {
+    EXPECT_NEAR(lr[0], 7e-4, 1e-12);
+  }
+  const std::vector<double> loss = testing::logged_values(r.output, "lm loss");
+  EXPECT_EQ(loss.size(), 1u) << r.output;
+  megatron_adamw::expect_adamw_step(from, save, dir, 5000);
+  return loss.size() == 1 ? loss[0] : failed;
+}
+
+// tests/data/megatron/moe/torch_dist_adam_chained{,_buckets} (tools/reference/megatron_moe_chained_optim_reference.py):
+// the MoE model after 7 AdamW steps as Megatron main's ChainedOptimizer [dense, experts] of distributed optimizers
+// saves it (bf16 weights with fp32 masters) in the fully_reshardable layout and in the dp_reshardable and
+// dp_zero_gather_scatter ones at EP 2.
+// gale pretrain continues each at iteration 8 in one process and at EP 2 (each rank's two experts from the global
+// experts), with AdamW's update from the loaded state on every element of every parameter (the experts' included), and
+// the same first loss everywhere.
+TEST(MegatronMoeCli, PretrainResumesMegatronsChainedExpertAdamState) {
+  TempDir tmp;
+  const std::vector<std::string> flags = adam_resume_flags(tmp);
   std::vector<double> first_loss;
   int k = 0;
   const std::pair<const char*, const char*> fixtures[] = {{"fully_reshardable", "torch_dist_adam_chained"},
@@ -216,23 +253,7 @@ TEST(MegatronMoeCli, PretrainResumesMegatronsChainedExpertAdamState) {
     for (const std::vector<std::string>& layout :
          {std::vector<std::string>{}, std::vector<std::string>{"--expert-model-parallel-size", "2"}}) {
       SCOPED_TRACE(str_cat(layout_name, layout.empty() ? " one process" : " EP 2"));
-      const std::string save = tmp.file(str_cat("out", k++));
-      std::vector<std::string> extra = layout;
-      extra.insert(extra.end(), {"--load", dir, "--save", save});
-      test::RunResult r = pretrain(layout.empty() ? 1 : 2, flags, extra);
-      ASSERT_EQ(r.exit_code, 0) << r.output;
-      EXPECT_NE(r.output.find(str_cat("adam optimizer state (", layout_name, ": exp_avg, exp_avg_sq; step 7)")),
-                std::string::npos)
-          << r.output;
-      EXPECT_NE(r.output.find("successfully loaded checkpoint from " + dir + " at iteration 7"), std::string::npos)
-          << r.output;
-      const std::vector<double> lr = testing::logged_values(r.output, "learning rate");
-      ASSERT_EQ(lr.size(), 1u) << r.output;
-      EXPECT_NEAR(lr[0], 7e-4, 1e-12);
-      const std::vector<double> loss = testing::logged_values(r.output, "lm loss");
-      ASSERT_EQ(loss.size(), 1u) << r.output;
-      first_loss.push_back(loss[0]);
-      megatron_adamw::expect_adamw_step(*from, save, dir, 5000);
+      first_loss.push_back(resume_moe_adam(tmp, flags, dir, *from, layout_name, layout, k++));
     }
   }
   // The same state in both layouts: the same first loss, to the bit in one process.
@@ -248,15 +269,7 @@ TEST(MegatronMoeCli, PretrainResumesMegatronsChainedExpertAdamState) {
 // on every element of every parameter, and the same first loss as the torch_dist chain's.
 TEST(MegatronMoeCli, PretrainResumesMegatronsTorchFormatExpertAdamState) {
   TempDir tmp;
-  write_small_dataset(tmp.file("data_text_document"));
-  std::vector<std::string> flags = moe_model(tmp);
-  std::vector<std::string> t = training(tmp);
-  t.erase(std::find(t.begin(), t.end(), "--no-load-optim"));
-  *(std::find(t.begin(), t.end(), "--lr") + 1) = "1e-3";
-  flags.insert(flags.end(), t.begin(), t.end());
-  flags.insert(flags.end(), {"--optimizer", "adam", "--adam-beta1", "0.9", "--adam-beta2", "0.95", "--adam-eps",
-                             "1e-8", "--weight-decay", "0.1", "--min-lr", "1e-4", "--lr-decay-style", "linear",
-                             "--lr-warmup-iters", "2", "--lr-decay-iters", "20", "--bf16", "--save-interval", "8"});
+  const std::vector<std::string> flags = adam_resume_flags(tmp);
   std::vector<double> first_loss;
   int k = 0;
   const std::pair<const char*, const char*> fixtures[] = {{"non-distributed", "torch_adam_ep1"},
@@ -276,20 +289,7 @@ TEST(MegatronMoeCli, PretrainResumesMegatronsTorchFormatExpertAdamState) {
          {std::vector<std::string>{}, std::vector<std::string>{"--expert-model-parallel-size", "2"}}) {
       if (std::string(name) == "torch_dist_adam_chained" && !layout.empty()) continue;  // the baseline: one process
       SCOPED_TRACE(str_cat(name, layout.empty() ? " one process" : " EP 2"));
-      const std::string save = tmp.file(str_cat("out", k++));
-      std::vector<std::string> extra = layout;
-      extra.insert(extra.end(), {"--load", dir, "--save", save});
-      test::RunResult r = pretrain(layout.empty() ? 1 : 2, flags, extra);
-      ASSERT_EQ(r.exit_code, 0) << r.output;
-      EXPECT_NE(r.output.find(str_cat("adam optimizer state (", layout_name, ": exp_avg, exp_avg_sq; step 7)")),
-                std::string::npos)
-          << r.output;
-      EXPECT_NE(r.output.find("successfully loaded checkpoint from " + dir + " at iteration 7"), std::string::npos)
-          << r.output;
-      const std::vector<double> loss = testing::logged_values(r.output, "lm loss");
-      ASSERT_EQ(loss.size(), 1u) << r.output;
-      first_loss.push_back(loss[0]);
-      megatron_adamw::expect_adamw_step(*from, save, dir, 5000);
+      first_loss.push_back(resume_moe_adam(tmp, flags, dir, *from, layout_name, layout, k++));
     }
   }
   // The same state in every file layout: in one process the torch_dist chain's first loss to the bit.
