@@ -16,6 +16,7 @@
 #include "core/dtype.h"
 #include "mpi_test_env.h"
 #include "optim/zero3_sync.h"
+#include "parallel/checkpoint_checks.h"
 #include "train/checkpointing.h"
 #include "zero3_testing.h"
 
@@ -103,7 +104,9 @@ TEST(Fsdp2Precision, Bf16AllGatherValuesAndBytes) {
     // Unit 0 released (reshard after forward); unit 1: bf16 GEMM weights, f32 norm, f32 gradients.
     const int64_t unit0 = 2 * 4 * t.pb.unit(0).padded;
     EXPECT_EQ(t.pb.gathered_bytes(), 2 * gemm + 4 * other + 4 * padded) << what;
-    if (!prefetch) EXPECT_EQ(bf16_bytes, 2 * gemm + 4 * other + 4 * padded - unit0) << what << ": the allocator";
+    if (!prefetch) {
+      EXPECT_EQ(bf16_bytes, 2 * gemm + 4 * other + 4 * padded - unit0) << what << ": the allocator";
+    }
     const int64_t before_f32 = host_allocator().current_bytes();
     zf.on_params_needed({1});
     const int64_t f32_bytes = host_allocator().current_bytes() - before_f32;
@@ -286,19 +289,13 @@ TEST(Fsdp2Precision, GatheredBf16UnitsTakeHalfTheBytes) {
                 static_cast<long long>(f32.gathered_peak), static_cast<long long>(bf16.gathered_peak));
 }
 
-std::string shared_temp_dir(const Comm& world, const std::string& name) {
-  int64_t pid = world->rank() == 0 ? static_cast<int64_t>(::getpid()) : 0;
-  pid = world->all_reduce_scalar(pid, ReduceOp::kMax);
-  return (std::filesystem::temp_directory_path() / ("gale_fsdp2mp_" + name + "_" + std::to_string(pid))).string();
-}
-
 // An FSDP2 --bf16 checkpoint (the f32 masters, gathered in f32) resumes bit for bit at its own
 // layout, and with plain data parallelism --bf16 within the tolerance above.
 TEST(Fsdp2Precision, Bf16CheckpointsResume) {
   Comm world = test::world();
   if (world->size() == 1) GTEST_SKIP() << "needs data parallelism";
   const std::vector<std::string> flags = fsdp2(world, "", {"--bf16"});
-  const std::string dir = shared_temp_dir(world, "ckpt");
+  const std::string dir = testing::shared_temp_dir(world, "fsdp2mp_ckpt");
   if (world->rank() == 0) std::filesystem::remove_all(dir);
   world->barrier();
   std::vector<double> uninterrupted;
