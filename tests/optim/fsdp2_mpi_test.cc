@@ -23,23 +23,6 @@ namespace {
 
 using testing::shard_vs_replicated;
 
-// --use-torch-fsdp2 with a configuration file of `yaml` (one file per rank and content); `yaml`
-// empty: the flag alone (Megatron's defaults).
-std::vector<std::string> fsdp2(const Comm& world, const std::string& yaml) {
-  std::vector<std::string> flags = {"--use-torch-fsdp2"};
-  if (yaml.empty()) return flags;
-  const std::string path =
-      (std::filesystem::temp_directory_path() /
-       ("gale_fsdp2_" + std::to_string(::getpid()) + "_" + std::to_string(world->rank()) + "_" +
-        std::to_string(std::hash<std::string>{}(yaml)) + ".yaml"))
-          .string();
-  std::ofstream f(path);
-  f << yaml;
-  flags.push_back("--fsdp2-config-path");
-  flags.push_back(path);
-  return flags;
-}
-
 // FSDP2 runs the ZeRO-3 tests' model.
 using Fsdp2Run = testing::Zero3Run;
 
@@ -79,21 +62,21 @@ void expect_trains_as_plain(const Comm& world, const std::vector<std::string>& f
 TEST(Fsdp2, MegatronFlagAloneTrainsAsPlainDataParallelism) {
   Comm world = test::world();
   if (world->size() == 1) GTEST_SKIP() << "needs data parallelism";
-  expect_trains_as_plain(world, fsdp2(world, ""), "--use-torch-fsdp2", 1);
+  expect_trains_as_plain(world, testing::fsdp2_flags(""), "--use-torch-fsdp2", 1);
 }
 
 // recompute_modules [layers]: each layer reruns its forward in its backward, while gathered.
 TEST(Fsdp2, RecomputedLayersTrainAsPlainDataParallelism) {
   Comm world = test::world();
   if (world->size() == 1) GTEST_SKIP() << "needs data parallelism";
-  expect_trains_as_plain(world, fsdp2(world, "recompute_modules:\n  - layers\nnum_to_forward_prefetch: 1\n"),
+  expect_trains_as_plain(world, testing::fsdp2_flags("recompute_modules:\n  - layers\nnum_to_forward_prefetch: 1\n"),
                          "recompute_modules layers", 1);
 }
 
 TEST(Fsdp2, HsdpShardingSize2TrainsAsPlainDataParallelism) {
   Comm world = test::world();
   if (world->size() < 4) GTEST_SKIP() << "needs DP 4";
-  expect_trains_as_plain(world, fsdp2(world, "sharding_size: 2\n"), "sharding_size 2", world->size() / 2);
+  expect_trains_as_plain(world, testing::fsdp2_flags("sharding_size: 2\n"), "sharding_size 2", world->size() / 2);
 }
 
 // One schedule's run: its losses, gradient norms and final shard bytes, and its peak gathered bytes.
@@ -106,7 +89,7 @@ struct Outcome {
 };
 
 Outcome run_schedule(const Comm& world, const std::string& yaml) {
-  Fsdp2Run r(world, testing::kTinyLlama, fsdp2(world, yaml));
+  Fsdp2Run r(world, testing::kTinyLlama, testing::fsdp2_flags(yaml));
   r.train(4);
   Outcome o;
   o.losses = r.losses;
@@ -213,10 +196,10 @@ TEST(Fsdp2, BytesPerRank) {
   Comm world = test::world();
   if (world->size() == 1) GTEST_SKIP() << "needs data parallelism";
   const Bytes plain = measure(world, {});
-  const Bytes def = measure(world, fsdp2(world, ""));
-  const Bytes keep = measure(world, fsdp2(world, "reshard_after_forward: false\n"));
-  const Bytes pre = measure(world, fsdp2(world, "num_to_forward_prefetch: 1\n"));
-  const Bytes wrap_all = measure(world, fsdp2(world, "sub_modules_to_wrap:\n  - embedding\n  - layers\n  - head\n"));
+  const Bytes def = measure(world, testing::fsdp2_flags(""));
+  const Bytes keep = measure(world, testing::fsdp2_flags("reshard_after_forward: false\n"));
+  const Bytes pre = measure(world, testing::fsdp2_flags("num_to_forward_prefetch: 1\n"));
+  const Bytes wrap_all = measure(world, testing::fsdp2_flags("sub_modules_to_wrap:\n  - embedding\n  - layers\n  - head\n"));
   // The schedules change only what is gathered during a step: the same persistent shards.
   EXPECT_EQ(keep.persistent, def.persistent);
   EXPECT_EQ(pre.persistent, def.persistent);
@@ -236,7 +219,7 @@ TEST(Fsdp2, BytesPerRank) {
               static_cast<double>(pre.gathered_peak - def.gathered_peak), 256.0);
   Bytes hsdp;
   if (world->size() >= 4) {
-    hsdp = measure(world, fsdp2(world, "sharding_size: 2\n"));
+    hsdp = measure(world, testing::fsdp2_flags("sharding_size: 2\n"));
     EXPECT_GT(hsdp.persistent, def.persistent);  // shards of DP/2 ranks, the optimizer state on each replica
   }
   if (world->rank() == 0) {
@@ -266,7 +249,7 @@ std::string shared_temp_dir(const Comm& world, const std::string& name) {
 TEST(Fsdp2, CheckpointsResume) {
   Comm world = test::world();
   if (world->size() == 1) GTEST_SKIP() << "needs data parallelism";
-  const std::vector<std::string> flags = fsdp2(world, world->size() >= 4 ? "sharding_size: 2\n" : "");
+  const std::vector<std::string> flags = testing::fsdp2_flags(world->size() >= 4 ? "sharding_size: 2\n" : "");
   Fsdp2Run plain(world, testing::kTinyLlama, {});
   const std::vector<double> expected = plain.train(6);
   const std::string dir = shared_temp_dir(world, "ckpt");

@@ -23,24 +23,6 @@
 namespace gale {
 namespace {
 
-// --use-torch-fsdp2 with a configuration file of `yaml` (empty: no file) and `extra` flags.
-std::vector<std::string> fsdp2(const Comm& world, const std::string& yaml, const std::vector<std::string>& extra) {
-  std::vector<std::string> flags = {"--use-torch-fsdp2"};
-  if (!yaml.empty()) {
-    const std::string path =
-        (std::filesystem::temp_directory_path() /
-         ("gale_fsdp2mp_" + std::to_string(::getpid()) + "_" + std::to_string(world->rank()) + "_" +
-          std::to_string(std::hash<std::string>{}(yaml)) + ".yaml"))
-            .string();
-    std::ofstream f(path);
-    f << yaml;
-    flags.push_back("--fsdp2-config-path");
-    flags.push_back(path);
-  }
-  flags.insert(flags.end(), extra.begin(), extra.end());
-  return flags;
-}
-
 // A tiny buffer: unit 0 an embedding-like matrix (no GEMM weight: gathered in f32), unit 1 a layer
 // with two GEMM weights around a norm weight, sizes that leave the ranks' payloads unequal.
 struct Tiny {
@@ -210,8 +192,8 @@ TEST(Fsdp2Precision, Bf16TrainsAsSingleProcessBf16) {
   if (world->size() == 1) GTEST_SKIP() << "needs data parallelism";
   const Comm self = make_self_communicator();
   Fsdp2Run single(self, testing::kTinyLlama, {"--bf16"});
-  Fsdp2Run f32_reduce(world, testing::kTinyLlama, fsdp2(world, "param_dtype: bf16\nreduce_dtype: fp32\n", {"--bf16"}));
-  Fsdp2Run bf16_reduce(world, testing::kTinyLlama, fsdp2(world, "", {"--bf16"}));
+  Fsdp2Run f32_reduce(world, testing::kTinyLlama, testing::fsdp2_flags("param_dtype: bf16\nreduce_dtype: fp32\n", {"--bf16"}));
+  Fsdp2Run bf16_reduce(world, testing::kTinyLlama, testing::fsdp2_flags("", {"--bf16"}));
   ASSERT_TRUE(f32_reduce.model().params().gathers_bf16());
   ASSERT_TRUE(bf16_reduce.model().params().gathers_bf16());
   EXPECT_FALSE(f32_reduce.engine->zero3[0]->gathered_units());
@@ -229,7 +211,7 @@ TEST(Fsdp2Precision, Bf16TrainsAsSingleProcessBf16) {
   }
   EXPECT_FALSE(all_equal) << "reduce_dtype bf16 should round the reduced gradients";
   if (world->size() >= 4) {  // HSDP (2 replicas): the bf16 reduce-scatter, then the bf16 all-reduce over the replicas
-    Fsdp2Run hsdp(world, testing::kTinyLlama, fsdp2(world, "sharding_size: 2\n", {"--bf16"}));
+    Fsdp2Run hsdp(world, testing::kTinyLlama, testing::fsdp2_flags("sharding_size: 2\n", {"--bf16"}));
     hsdp.train(5);
     EXPECT_EQ(hsdp.engine->zero3[0]->shard_group_size(), 2);
     EXPECT_NEAR(hsdp.losses[0], single.losses[0], 1e-9 * single.losses[0]) << "HSDP, the first loss";
@@ -258,7 +240,7 @@ TEST(Fsdp2Precision, GatheredBf16UnitsTakeHalfTheBytes) {
     Bytes b;
     Fsdp2Run run(world, testing::kTinyLlama,
                  testing::join({{"--num-layers", "4", "--hidden-size", "128"},
-                                fsdp2(world, "sub_modules_to_wrap:\n  - embedding\n  - layers\n  - head\n", extra)}));
+                                testing::fsdp2_flags("sub_modules_to_wrap:\n  - embedding\n  - layers\n  - head\n", extra)}));
     run.train(2);
     b.persistent = host_allocator().current_bytes() - base;
     run.engine->zero3[0]->reset_peak();
@@ -294,7 +276,7 @@ TEST(Fsdp2Precision, GatheredBf16UnitsTakeHalfTheBytes) {
 TEST(Fsdp2Precision, Bf16CheckpointsResume) {
   Comm world = test::world();
   if (world->size() == 1) GTEST_SKIP() << "needs data parallelism";
-  const std::vector<std::string> flags = fsdp2(world, "", {"--bf16"});
+  const std::vector<std::string> flags = testing::fsdp2_flags("", {"--bf16"});
   const std::string dir = testing::shared_temp_dir(world, "fsdp2mp_ckpt");
   if (world->rank() == 0) std::filesystem::remove_all(dir);
   world->barrier();

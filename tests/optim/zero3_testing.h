@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "ckpt/temp_dir.h"
 #include "testing_checkpoint_run.h"
 
 namespace gale::testing {
@@ -24,6 +27,21 @@ struct Zero3Run : CheckpointRun {
                              model, flags}),
                       world, kTinyVocab) {}
 };
+
+// --use-torch-fsdp2 with MindSpeed's configuration file (--fsdp2-config-path) holding `yaml` (empty: no
+// file, Megatron's defaults), then `extra`. The file lies in this process's temporary directory, removed
+// at exit (one per rank: every rank is a process).
+inline std::vector<std::string> fsdp2_flags(const std::string& yaml, const std::vector<std::string>& extra = {}) {
+  static const testing_util::TempDir dir;
+  std::vector<std::string> flags = {"--use-torch-fsdp2"};
+  if (!yaml.empty()) {
+    const std::string path = dir.file(std::to_string(std::hash<std::string>{}(yaml)) + ".yaml");
+    std::ofstream(path) << yaml;
+    flags.insert(flags.end(), {"--fsdp2-config-path", path});
+  }
+  flags.insert(flags.end(), extra.begin(), extra.end());
+  return flags;
+}
 
 // Largest relative difference (per unit) between this rank's ZeRO-3 shards (ZeRO-2: the whole
 // values) and the same elements of a replicated run's parameters.
